@@ -1,0 +1,261 @@
+"""`lion_attention`: Y = Scale(QKᵀ ⊙ M) V in five interchangeable forms.
+
+    y_i = Σ_j (q_i·k_j) M_ij v_j / (Σ_j (q_i·k_j) M_ij + eps)        normalize="after" (LION)
+
+Forms (all exact, all differentiable, all accepting every decay shape and option):
+  attention:  the full L×L (×V for vector decays) mask from stable segment sums. O(L²) memory.
+  rnn:        a forward and a backward `lax.scan` over tokens (Theorem 3.3). O(L) steps.
+  scan:       the same recurrence by `lax.associative_scan` (a GPU tool; slow on CPU).
+  chunk:      the paper's LION-Chunk: query chunks mapped with `jax.vmap`, key chunks
+              accumulated by `lax.scan`. O(L·C) memory but still O(L²) work.
+  chunk_scan: exact C×C blocks plus forward and backward scans over chunk states.
+              O(L·C·d + L·d²) work; the fast default for long sequences.
+  auto:       "attention" when L ≤ chunk_size (a single chunk, where both are the same
+              computation and the full form has no scan), otherwise "chunk_scan".
+
+Shapes follow the legend in `lion_jax.masks`.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import jax
+import jax.numpy as jnp
+
+from lion_jax import masks
+from lion_jax import recurrent
+
+
+class LionForm(str, enum.Enum):
+  """How `lion_attention` evaluates the same mathematical output."""
+
+  AUTO = "auto"
+  ATTENTION = "attention"
+  RNN = "rnn"
+  SCAN = "scan"
+  CHUNK = "chunk"
+  CHUNK_SCAN = "chunk_scan"
+
+
+class Normalize(str, enum.Enum):
+  """Where the row normalisation sits (spec §5.1, Table 6 ablations [4] and [5])."""
+
+  AFTER = "after"  # Scale(QKᵀ ⊙ M) V: LION
+  BEFORE = "before"  # (Scale(QKᵀ) ⊙ M) V: the normaliser ignores the decays
+  NONE = "none"  # (QKᵀ ⊙ M) V
+
+
+def resolve_form(form: str | LionForm, length: int, chunk_size: int) -> LionForm:
+  """Turns "auto" into a concrete form (rule in the module docstring)."""
+  form = _parse_enum(LionForm, form, "form")
+  if form is LionForm.AUTO:
+    return LionForm.ATTENTION if length <= chunk_size else LionForm.CHUNK_SCAN
+  return form
+
+
+def per_token_log_decay(log_decay, batch: int, length: int, heads: int, value_dim: int, dtype):
+  """Broadcasts any accepted decay shape to one log-decay per token, head and decay channel.
+
+  Args:
+    log_decay: None (LIT), [H] (fixed per head), [H, V] (fixed per value channel),
+      [B, L, H] (selective per token) or [B, L, H, V] (selective vector).
+    batch, length, heads, value_dim: B, L, H, V of the inputs.
+    dtype: the compute dtype.
+
+  Returns:
+    [B, L, H, G] log-decays with G = 1 (scalar per head) or G = V.
+
+  Raises:
+    ValueError: for a shape that is none of the above, naming the expected shapes.
+  """
+  accepted = (f"None, [H]=[{heads}], [H, V]=[{heads}, {value_dim}], [B, L, H]=[{batch}, {length}, "
+              f"{heads}] or [B, L, H, V]=[{batch}, {length}, {heads}, {value_dim}]")
+  if log_decay is None:
+    return jnp.zeros((batch, length, heads, 1), dtype)
+  log_decay = jnp.asarray(log_decay, dtype)
+  shape = tuple(log_decay.shape)
+  if shape == (heads,):
+    expanded = log_decay[None, None, :, None]
+  elif shape == (heads, value_dim):
+    expanded = log_decay[None, None]
+  elif shape == (batch, length, heads):
+    expanded = log_decay[..., None]
+  elif shape == (batch, length, heads, value_dim):
+    expanded = log_decay
+  else:
+    raise ValueError(f"log_decay has shape {shape}; expected {accepted}.")
+  return jnp.broadcast_to(expanded, (batch, length, heads, expanded.shape[-1]))
+
+
+def lion_attention(q, k, v, log_decay=None, *, form: str | LionForm = "auto",
+                   convention: str = "symmetric", normalize: str | Normalize = "after",
+                   key_mask=None, chunk_size: int = 64, eps: float = 1e-6):
+  """Bidirectional LION attention.
+
+  Args:
+    q: [B, L, H, K] queries, already feature-mapped (non-negative for a positive normaliser).
+    k: [B, L, H, K] keys, already feature-mapped.
+    v: [B, L, H, V] values.
+    log_decay: log λ ≤ 0: None (LION-LIT), [H] (LION-D), [H, V] (fixed per value channel),
+      [B, L, H] (LION-S) or [B, L, H, V] (selective vector decays, one mask and one normaliser
+      per value channel).
+    form: "auto", "attention", "rnn", "scan", "chunk" or "chunk_scan" (module docstring).
+    convention: "symmetric" (paper eq. 17) or "code" (official release); `lion_jax.masks`.
+    normalize: "after" (LION), "before" (Scale(QKᵀ) ⊙ M) or "none" ((QKᵀ ⊙ M) V).
+    key_mask: [B, L] bool; keys where it is False take no part in any sum (padding).
+    chunk_size: C for "chunk" and "chunk_scan" (any L works; the last chunk is padded).
+    eps: added to every normaliser (all forms, so they agree).
+
+  Returns:
+    [B, L, H, V] outputs in the dtype of `v`. Decays, cumulative sums, normalisers and states
+    are computed in at least float32, also for bfloat16 inputs.
+  """
+  batch, length, heads, _ = q.shape
+  value_dim = v.shape[-1]
+  if k.shape != q.shape or v.shape[:3] != q.shape[:3]:
+    raise ValueError(f"q {q.shape}, k {k.shape} and v {v.shape} must share [B, L, H], "
+                     "and q and k must have the same shape.")
+  normalize = _parse_enum(Normalize, normalize, "normalize")
+  form = resolve_form(form, length, chunk_size)
+  masks.Convention(convention)  # validates early, with the accepted values in the message
+
+  out_dtype = v.dtype
+  dtype = jnp.promote_types(jnp.promote_types(q.dtype, v.dtype), jnp.float32)
+  q, k, v = (x.astype(dtype) for x in (q, k, v))
+  if key_mask is not None:
+    if tuple(key_mask.shape) != (batch, length):
+      raise ValueError(f"key_mask has shape {tuple(key_mask.shape)}; expected [B, L]=[{batch}, "
+                       f"{length}].")
+    k = k * key_mask[:, :, None, None].astype(dtype)
+  log_decay = per_token_log_decay(log_decay, batch, length, heads, value_dim, dtype)
+
+  if form in (LionForm.ATTENTION, LionForm.CHUNK):
+    parallel = _attention if form is LionForm.ATTENTION else _chunked_queries
+    numerator, denominator = parallel(q, k, v, log_decay, convention, normalize, chunk_size)
+  else:
+    numerator, denominator = _recurrent(recurrent.CAUSAL_KERNELS[form.value], q, k, v,
+                                        log_decay, convention, normalize, chunk_size)
+  if normalize is Normalize.BEFORE:
+    # Σ_j q_i·k_j without decays: one dot product with the summed (masked) keys.
+    denominator = jnp.einsum("blhk,bhk->blh", q, k.sum(axis=1))[..., None]
+  out = numerator if normalize is Normalize.NONE else numerator / (denominator + eps)
+  return out.astype(out_dtype)
+
+
+def _recurrent(kernel, q, k, v, log_decay, convention, normalize, chunk_size):
+  """Numerator and decayed normaliser from a causal kernel run in both directions."""
+  value_dim, groups = v.shape[-1], log_decay.shape[-1]
+  gate_f = masks.forward_gate(log_decay, convention)
+  gate_b = masks.backward_gate_flipped(log_decay)
+  if normalize is not Normalize.AFTER:
+    return recurrent.bidirectional(kernel, q, k, v, gate_f, gate_b, chunk_size), None
+  # The decayed normaliser is the numerator with v ≡ 1 (spec §5.4), one channel per decay channel.
+  ones = jnp.ones(v.shape[:-1] + (groups,), v.dtype)
+  carried = jnp.concatenate([v, ones], axis=-1)  # [B, L, H, V + G]
+  if groups > 1:  # vector decays: each carried channel needs its own gate
+    gate_f, gate_b = (jnp.concatenate([g, g], axis=-1) for g in (gate_f, gate_b))
+  out = recurrent.bidirectional(kernel, q, k, carried, gate_f, gate_b, chunk_size)
+  return out[..., :value_dim], out[..., value_dim:]
+
+
+def _contract(scores, decay, v, normalize):
+  """Σ_j scores_ij · decay_ij · v_j and the decayed row sums.
+
+  Args:
+    scores: [B, H, I, J] qᵀk for a block of queries I and keys J.
+    decay: [B, H, G, I, J] mask entries.
+    v: [B, J, H, V] values.
+    normalize: whether a decayed row sum is needed.
+
+  Returns:
+    numerator [B, I, H, V] and denominator [B, I, H, G] (or None).
+  """
+  weights = scores[:, :, None] * decay  # [B, H, G, I, J]
+  if decay.shape[2] == 1:
+    numerator = jnp.einsum("bhij,bjhv->bihv", weights[:, :, 0], v)
+  else:
+    numerator = jnp.einsum("bhvij,bjhv->bihv", weights, v)
+  if normalize is not Normalize.AFTER:
+    return numerator, None
+  return numerator, jnp.einsum("bhgij->bihg", weights)
+
+
+def _attention(q, k, v, log_decay, convention, normalize, chunk_size):
+  """Full form: the whole [B, H, G, L, L] mask from stable segment sums."""
+  del chunk_size
+  decay = masks.lion_mask(jnp.moveaxis(log_decay, 1, -1), convention)  # [B, H, G, L, L]
+  scores = jnp.einsum("bihk,bjhk->bhij", q, k)  # [B, H, L, L]
+  return _contract(scores, decay, v, normalize)
+
+
+def _relative_cumsum(gate, start):
+  """Log-decay from the boundary before position `start` to every position, stable in float32.
+
+  Args:
+    gate: [B, L, H, G] per-token log-gates.
+    start: index of the first token of the query chunk.
+
+  Returns:
+    [B, L, H, G] P with P_x = Σ_{t=start}^{x} gate_t for x ≥ start and −Σ_{t=x+1}^{start-1} gate_t
+    for x < start, so Σ_{t=s+1}^{x} gate_t = P_x − P_s with both sums accumulated outwards from
+    the query chunk: entries near the queries never come from differences of large totals.
+  """
+  position = jnp.arange(gate.shape[1])[None, :, None, None]
+  right = jnp.cumsum(jnp.where(position >= start, gate, 0.0), axis=1)
+  left = jnp.where(position < start, gate, 0.0)
+  left_exclusive = jnp.flip(jnp.cumsum(jnp.flip(left, 1), axis=1), 1) - left  # Σ_{t>x}
+  return right - left_exclusive
+
+
+def _chunked_queries(q, k, v, log_decay, convention, normalize, chunk_size):
+  """LION-Chunk (paper C.10): each query chunk, in parallel, accumulates over key chunks."""
+  batch, length, heads, _ = q.shape
+  chunk = max(1, min(chunk_size, length))
+  num_chunks = -(-length // chunk)
+  pad = num_chunks * chunk - length
+  padded = lambda x: jnp.pad(x, [(0, 0), (0, pad), (0, 0), (0, 0)])
+  q, k, v, log_decay = map(padded, (q, k, v, log_decay))
+  gate_f = masks.forward_gate(log_decay, convention)
+  to_chunks = lambda x: jnp.moveaxis(x.reshape(batch, num_chunks, chunk, *x.shape[2:]), 1, 0)
+  key_chunks = tuple(map(to_chunks, (k, v)))  # [N, B, C, H, ...] each
+  positions = jnp.arange(num_chunks * chunk).reshape(num_chunks, chunk)
+
+  def one_query_chunk(index):
+    start = index * chunk
+    rel_f = _relative_cumsum(gate_f, start)  # [B, L, H, G] lower-triangle exponents
+    rel_a = _relative_cumsum(log_decay, start)  # [B, L, H, G] upper-triangle exponents
+    take = lambda x: jax.lax.dynamic_slice_in_dim(x, start, chunk, axis=1)
+    q_i, f_i, a_i = take(q), take(rel_f), take(rel_a)  # [B, C, H, ...]
+    query_pos = start + jnp.arange(chunk)
+
+    def add_key_chunk(acc, key_chunk):
+      k_j, v_j, f_j, a_j, key_pos = key_chunk
+      scores = jnp.einsum("bihk,bjhk->bhij", q_i, k_j)  # [B, H, C, C]
+      lower = query_pos[:, None] > key_pos[None, :]
+      upper = query_pos[:, None] < key_pos[None, :]
+      head_first = lambda x: jnp.moveaxis(x, 1, -1)  # [B, C, H, G] -> [B, H, G, C]
+      exponent = jnp.where(lower, head_first(f_i)[..., :, None] - head_first(f_j)[..., None, :],
+                           jnp.where(upper, head_first(a_j)[..., None, :]
+                                     - head_first(a_i)[..., :, None], 0.0))  # [B, H, G, C, C]
+      num, den = _contract(scores, jnp.exp(exponent), v_j, normalize)
+      return jax.tree.map(jnp.add, acc, (num, den)), None
+
+    zeros = jnp.zeros(q_i.shape[:3] + (v.shape[-1],), q.dtype)  # [B, C, H, V]
+    den0 = None if normalize is not Normalize.AFTER else zeros[..., :log_decay.shape[-1]]
+    f_keys, a_keys = to_chunks(rel_f), to_chunks(rel_a)
+    (num, den), _ = jax.lax.scan(add_key_chunk, (zeros, den0),
+                                 (*key_chunks, f_keys, a_keys, positions))
+    return num, den
+
+  num, den = jax.vmap(one_query_chunk)(jnp.arange(num_chunks))  # [N, B, C, H, ...]
+  unchunk = lambda x: jnp.moveaxis(x, 0, 1).reshape(batch, num_chunks * chunk, heads, -1)[:, :length]
+  return unchunk(num), (None if den is None else unchunk(den))
+
+
+def _parse_enum(kind, value, name):
+  try:
+    return kind(value)
+  except ValueError:
+    choices = ", ".join(repr(member.value) for member in kind)
+    raise ValueError(f"{name}={value!r} is not one of {choices}.") from None
