@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 import grain
+from absl import flags
 import numpy as np
 
 from lra.data.split import Split
@@ -66,6 +67,10 @@ class BatchIterator:
   def __init__(self, dataset: grain.MapDataset, num_batches: int | None, worker_count: int):
     iter_ds = dataset.to_iter_dataset(_READ_OPTIONS)
     if worker_count > 0:
+      # grain 0.2.18 reads an absl flag when starting workers and fails in scripts that
+      # never parsed flags (google/grain#1355, fixed upstream); absl.app parses them anyway.
+      if not flags.FLAGS.is_parsed():
+        flags.FLAGS.mark_as_parsed()
       iter_ds = iter_ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=worker_count))
     self._iter = iter(iter_ds)
     self.num_batches = num_batches  # None when endless
@@ -80,6 +85,16 @@ class BatchIterator:
     if self.num_batches is None:
       raise TypeError("an endless (num_epochs=None) loader has no length")
     return self.num_batches
+
+  def close(self) -> None:
+    """Stops prefetch threads / worker processes (also done when garbage-collected)."""
+    self._iter.close()
+
+  def __enter__(self) -> BatchIterator:
+    return self
+
+  def __exit__(self, *exc) -> None:
+    self.close()
 
   def get_state(self) -> dict[str, Any]:
     """Returns a JSON-serialisable position (store it with the model checkpoint)."""

@@ -164,7 +164,8 @@ def rgb_to_gray(planes: np.ndarray, method: str = "tf") -> np.ndarray:
   """
   r, g, b = planes[..., 0, :], planes[..., 1, :], planes[..., 2, :]
   if method == "pil":
-    gray = (19595 * r.astype(np.uint32) + 38470 * g + 7471 * b + 0x8000) >> 16
+    r, g, b = (c.astype(np.uint32) for c in (r, g, b))
+    gray = (19595 * r + 38470 * g + 7471 * b + 0x8000) >> 16
     return gray.astype(np.uint8)
   if method != "tf":
     raise ValueError(f"grayscale must be one of {GRAYSCALES}, got {method!r}")

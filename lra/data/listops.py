@@ -42,7 +42,7 @@ def locate(data_dir: str | os.PathLike) -> dict[str, Path]:
   Raises:
     MissingDataError: with the generation command when no folder holds the files.
   """
-  cands = layout.candidate_dirs(data_dir, ["listops", "listops-1000"], "listops-1000")
+  cands = layout.candidate_dirs(data_dir, ["listops"], "listops-1000")
   folder = layout.find_dir(
       data_dir, cands, list(SPLIT_FILES.values()), what="ListOps TSV files",
       fix=("generate them with `" + GENERATE_COMMAND.format(root=data_dir) + "`, or copy "

@@ -31,7 +31,7 @@ def locate(data_dir: str | os.PathLike) -> dict[str, Path]:
   Raises:
     MissingDataError: saying which release folder to copy where.
   """
-  cands = layout.candidate_dirs(data_dir, ["aan", "tsv_data"], "tsv_data")
+  cands = layout.candidate_dirs(data_dir, ["aan"], "tsv_data")
   folder = layout.find_dir(
       data_dir, cands, list(SPLIT_FILES.values()), what="AAN retrieval TSV files",
       fix=("download lra_release.gz (https://storage.googleapis.com/long-range-arena/lra_release.gz), "

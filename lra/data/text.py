@@ -135,7 +135,7 @@ def decode(found: tuple[str, Path], *, seq_len: int, max_examples: int | None,
     splits[name] = _to_split(chosen, seq_len)
   if val_split == "holdout":
     train = splits["train"]
-    n_val = int(round(len(train) * HOLDOUT_FRACTION))
+    n_val = max(1, round(len(train) * HOLDOUT_FRACTION))
     splits["train"], splits["val"] = train.take(slice(0, -n_val)), train.take(slice(-n_val, None))
   splits = {name: split.head(max_examples) for name, split in splits.items()}
   if val_split == "test":
