@@ -5,9 +5,25 @@ Shape legend: see `lion_jax.masks`.
 
 from lion_jax.attention import LionForm, Normalize, lion_attention, per_token_log_decay, resolve_form
 from lion_jax.masks import Convention, lion_mask, segsum, toeplitz_mask
+from lion_jax.config import PRESETS, ModelConfig, preset
+from lion_jax.mixer import LionMixer, feature_map
+from lion_jax.blocks import S5Block, TransformerBlock
+from lion_jax.models import LionEncoder, LraClassifier, RetrievalHead, count_params, masked_mean
 
 __all__ = [
     "Convention",
+    "LionEncoder",
+    "LionMixer",
+    "LraClassifier",
+    "ModelConfig",
+    "PRESETS",
+    "RetrievalHead",
+    "S5Block",
+    "TransformerBlock",
+    "count_params",
+    "feature_map",
+    "masked_mean",
+    "preset",
     "LionForm",
     "Normalize",
     "lion_attention",

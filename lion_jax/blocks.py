@@ -1,0 +1,142 @@
+"""Residual blocks around `LionMixer`: the S5 sequence layer and a Transformer block.
+
+  S5Block (spec §7.1, S5 `SequenceLayer`, pre-norm by default):
+      skip = x;  x = norm(x);  x = mixer(x);  x = activation block(x);  x = skip + x
+  with the activation blocks (h = dropout(GELU(x)), dropout shared over time):
+      gelu      h
+      half_glu1 dropout(h ⊙ σ(W h + b))
+      half_glu2 dropout(x ⊙ σ(W h + b))        (the pre-GELU x is gated)
+      full_glu  dropout((W₁h + b₁) ⊙ σ(W₂h + b₂))
+
+  TransformerBlock (paper Fig. 6): x = x + drop(mixer(norm(x)));  x = x + drop(MLP(norm(x))).
+
+Norms are BatchNorm (statistics over batch and time, padding excluded through the token mask) or
+LayerNorm. Train/eval mode is the usual NNX switch: `model.train()` / `model.eval()` toggle
+dropout and BatchNorm batch statistics vs running averages.
+Shapes: B batch, L length, M = d_model.
+"""
+
+from __future__ import annotations
+
+import jax
+from flax import nnx
+
+from lion_jax.config import ModelConfig
+from lion_jax.mixer import LionMixer
+
+
+def make_norm(config: ModelConfig, *, rngs: nnx.Rngs):
+  """The block norm: `nnx.BatchNorm` or `nnx.LayerNorm` over the last (feature) axis."""
+  if config.norm == "batch":
+    # Two-pass variance: the one-pass E[x²] − E[x]² loses digits when |mean| ≫ std.
+    return nnx.BatchNorm(config.d_model, momentum=config.bn_momentum, use_fast_variance=False,
+                         rngs=rngs)
+  return nnx.LayerNorm(config.d_model, rngs=rngs)
+
+
+def apply_norm(norm, x, mask):
+  """Normalises x; BatchNorm statistics see only the tokens where `mask` is True.
+
+  Args:
+    norm: from `make_norm`.
+    x: [B, L, M] activations.
+    mask: [B, L] bool token mask, or None (every token is real).
+
+  Returns:
+    [B, L, M] normalised activations.
+  """
+  if isinstance(norm, nnx.BatchNorm):
+    return norm(x, mask=None if mask is None else mask[..., None])  # [B, L, 1] broadcasts over M
+  return norm(x)
+
+
+class S5Block(nnx.Module):
+  """S5 sequence layer with the LION mixer in place of the SSM.
+
+  Args:
+    config: model configuration (norm, prenorm, activation, dropout, mixer options).
+    rngs: parameter and dropout randomness.
+  """
+
+  def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+    m = config.d_model
+    self.prenorm = config.prenorm
+    self.activation = config.activation
+    self.norm = make_norm(config, rngs=rngs)
+    self.mixer = LionMixer(config, rngs=rngs)
+    # broadcast_dims=(1,): one dropout mask per example and feature, shared by all time steps.
+    self.dropout = nnx.Dropout(config.dropout, broadcast_dims=(1,), rngs=rngs)
+    glu = config.activation in ("half_glu1", "half_glu2", "full_glu")
+    self.gate = nnx.Linear(m, m, rngs=rngs) if glu else None  # S5 out2
+    self.value = nnx.Linear(m, m, rngs=rngs) if config.activation == "full_glu" else None  # S5 out1
+
+  def __call__(self, x, mask=None, *, form: str | None = None, chunk_size: int | None = None):
+    """Applies the block.
+
+    Args:
+      x: [B, L, M] residual stream.
+      mask: [B, L] bool token mask (False at padding), or None.
+      form, chunk_size: passed to the mixer (None: the config's).
+
+    Returns:
+      [B, L, M] the updated residual stream.
+    """
+    skip = x
+    if self.prenorm:
+      x = apply_norm(self.norm, x, mask)
+    x = self.mixer(x, mask, form=form, chunk_size=chunk_size)  # [B, L, M]
+    h = self.dropout(jax.nn.gelu(x))  # tanh-approximate GELU, as flax linen in S5
+    if self.activation == "half_glu1":
+      x = self.dropout(h * jax.nn.sigmoid(self.gate(h)))
+    elif self.activation == "half_glu2":
+      x = self.dropout(x * jax.nn.sigmoid(self.gate(h)))
+    elif self.activation == "full_glu":
+      x = self.dropout(self.value(h) * jax.nn.sigmoid(self.gate(h)))
+    else:  # gelu
+      x = h
+    x = skip + x
+    if not self.prenorm:
+      x = apply_norm(self.norm, x, mask)
+    return x
+
+
+class TransformerBlock(nnx.Module):
+  """Pre-norm Transformer block with the LION mixer as attention (paper Fig. 6).
+
+  Args:
+    config: model configuration (norm, mlp_ratio, dropout, mixer options). The paper's block uses
+      LayerNorm: set `norm="layer"`; BatchNorm (with padding masked) also works.
+    rngs: parameter and dropout randomness.
+  """
+
+  def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+    m, hidden = config.d_model, config.mlp_ratio * config.d_model
+    self.norm1 = make_norm(config, rngs=rngs)
+    self.mixer = LionMixer(config, rngs=rngs)
+    self.norm2 = make_norm(config, rngs=rngs)
+    self.mlp_in = nnx.Linear(m, hidden, rngs=rngs)
+    self.mlp_out = nnx.Linear(hidden, m, rngs=rngs)
+    self.dropout = nnx.Dropout(config.dropout, broadcast_dims=(1,), rngs=rngs)
+
+  def __call__(self, x, mask=None, *, form: str | None = None, chunk_size: int | None = None):
+    """Applies the block; arguments and result as in `S5Block.__call__`."""
+    y = self.mixer(apply_norm(self.norm1, x, mask), mask, form=form, chunk_size=chunk_size)
+    x = x + self.dropout(y)
+    h = jax.nn.gelu(self.mlp_in(apply_norm(self.norm2, x, mask)))  # [B, L, r·M]
+    return x + self.dropout(self.mlp_out(self.dropout(h)))
+
+
+BLOCKS = {"s5": S5Block, "transformer": TransformerBlock}
+
+
+def make_block(config: ModelConfig, *, rngs: nnx.Rngs):
+  """The residual block named by `config.block`."""
+  return BLOCKS[config.block](config, rngs=rngs)
+
+
+def zero_padding(x, mask):
+  """Zeroes padded positions of a [B, L, M] stream (keeps them finite and input-independent)."""
+  return x if mask is None else x * mask[..., None].astype(x.dtype)
+
+
+__all__ = ["S5Block", "TransformerBlock", "apply_norm", "make_block", "make_norm", "zero_padding"]

@@ -1,0 +1,179 @@
+"""`ModelConfig`: the frozen model configuration of a LION LRA classifier.
+
+`lion_jax` knows nothing about ml_collections: the experiment code (`lra/`) builds a `ModelConfig`
+from its ConfigDict (the field names are the keys under `config.model`), or starts from a preset:
+
+    from lion_jax import preset, LraClassifier
+    config = preset("listops", dropout=0.1)          # S5 depth and width, LION-S with HiPPO decays
+    model = LraClassifier(config, num_classes=10, vocab_size=20, rngs=nnx.Rngs(0))
+
+Every string field is validated in `__post_init__`; a wrong value raises a ValueError that names the
+field and the allowed values. Spec references (§) are to `shared/spec/lion.md`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+# Allowed values of every string field (the first one is the default unless the field says otherwise).
+CHOICES: dict[str, tuple[str, ...]] = {
+    "block": ("s5", "transformer"),
+    "norm": ("batch", "layer"),
+    "activation": ("half_glu1", "half_glu2", "full_glu", "gelu"),
+    "encoder": ("embed", "dense"),
+    "feature_map": ("silu_norm", "elu1", "sigmoid", "relu", "identity"),
+    "decay": ("lit", "fixed", "selective"),
+    "decay_shape": ("scalar", "vector"),
+    "decay_param": ("neg_exp", "sigmoid"),
+    "selective_mode": ("sigmoid_dt", "log_additive", "paper_literal", "softplus"),
+    "decay_init": ("hippo", "s4d_real", "random"),
+    "v_init": ("zoh_diag", "zoh_lecun", "lecun"),
+    "normalize": ("after", "before", "none"),
+    "convention": ("symmetric", "code"),
+    "form": ("auto", "attention", "rnn", "scan", "chunk", "chunk_scan"),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+  """Everything that defines a LION LRA model (not the data, optimiser or schedule).
+
+  Attributes are documented inline; `CHOICES` lists the allowed strings.
+  """
+
+  # Width H of the residual stream, number of residual blocks and of LION heads (d_head = H / heads).
+  d_model: int = 128
+  num_layers: int = 4
+  num_heads: int = 2
+  # Residual block: "s5" (pre-norm, mixer, GELU/GLU, residual; spec §7.1) or "transformer"
+  # (norm → mixer → residual → norm → MLP → residual; paper Fig. 6, use with norm="layer").
+  block: str = "s5"
+  # "batch": BatchNorm over batch and time with padding excluded from the statistics (S5 LRA);
+  # "layer": LayerNorm per token.
+  norm: str = "batch"
+  # BatchNorm running-average momentum (S5: 0.95; 0.9 for Pathfinder and Path-X).
+  bn_momentum: float = 0.95
+  # Pre-norm (S5 LRA default) or post-norm residual blocks (s5 block only).
+  prenorm: bool = True
+  # The S5 activation block after the mixer (spec §7.1); "gelu" is plain GELU.
+  activation: str = "half_glu2"
+  # Hidden width of the transformer block's MLP, as a multiple of d_model.
+  mlp_ratio: int = 4
+  # Dropout rate; the mask is shared by all time steps (feature dropout, S5 broadcast_dims).
+  dropout: float = 0.0
+  # "embed": token ids (or 8-bit pixel values as tokens) through an embedding table;
+  # "dense": pixels normalised with input_mean/input_std, then a Dense layer (S5 image tasks).
+  encoder: str = "embed"
+  # For encoder="dense": (pixel/255 − input_mean) / input_std.
+  input_mean: float = 0.5
+  input_std: float = 0.5
+  # φ applied to q and k per head (spec §1.4); "silu_norm" = (SiLU(x) + 0.5) / ‖·‖₂.
+  feature_map: str = "silu_norm"
+  # Per-head key/query width; None means d_model / num_heads (the value width per head).
+  key_dim: int | None = None
+  # "lit": no decay (λ = 1); "fixed": a learnt λ per head or channel (LION-D); "selective": per
+  # token (LION-S) on top of the fixed base decay.
+  decay: str = "selective"
+  # "scalar": one λ per head; "vector": one λ per value channel (spec §5.4; needed on LRA).
+  decay_shape: str = "vector"
+  # Parameter of the base decay: "neg_exp" log λ = −exp(ρ) (spec §6.7, §9 item 8; always in (0,1))
+  # or "sigmoid" λ = σ(a) (paper Sec. 3.3 LION-D). Both start from the same λ.
+  decay_param: str = "neg_exp"
+  # How tokens modulate the base log-decay B (spec §6.7); see `lion_jax.decay.selective_log_decay`.
+  selective_mode: str = "sigmoid_dt"
+  # Bias of the selective gate at init; None picks the mode's default (+8 for log_additive, else 0).
+  selective_bias_init: float | None = None
+  # Standard deviation of the selective gate weights and of W_q, W_k at init (paper D.2: 0.1).
+  selective_init_std: float = 0.1
+  qk_init_std: float = 0.1
+  # Base decay init: "hippo" (log λ = −Δ/2, Δ log-uniform in [dt_min, dt_max]), "s4d_real"
+  # (log λ = −(n+1)Δ) or "random" (λ = σ(N(0, 1)), the "w/o HiPPO" rows of Table 3).
+  decay_init: str = "hippo"
+  dt_min: float = 1e-3
+  dt_max: float = 1e-1
+  # W_v init: "zoh_diag" diag(γ), γ = (λ − 1)/Λ (spec §6.7); "zoh_lecun" diag(γ)·W₀ with W₀
+  # lecun-normal; "lecun" plain lecun-normal.
+  v_init: str = "zoh_diag"
+  # Passed to `lion_attention`: where the row normalisation sits, and the mask convention.
+  normalize: str = "after"
+  convention: str = "symmetric"
+  # Output projection W_o after the heads (S5's C analogue).
+  output_proj: bool = True
+  eps: float = 1e-6
+  # Default evaluation form of every mixer and its chunk size; both can be overridden per call.
+  form: str = "chunk_scan"
+  chunk_size: int = 64
+  # jax.checkpoint each block (long sequences: recompute activations in the backward pass).
+  remat: bool = False
+
+  def __post_init__(self):
+    for name, allowed in CHOICES.items():
+      value = getattr(self, name)
+      if value not in allowed:
+        raise ValueError(f"ModelConfig.{name}={value!r} is not one of {', '.join(map(repr, allowed))}.")
+    for name in ("d_model", "num_layers", "num_heads", "mlp_ratio", "chunk_size"):
+      if int(getattr(self, name)) < 1:
+        raise ValueError(f"ModelConfig.{name}={getattr(self, name)!r} must be a positive integer.")
+    if self.d_model % self.num_heads:
+      raise ValueError(f"ModelConfig.d_model={self.d_model} must be divisible by "
+                       f"num_heads={self.num_heads}.")
+    if self.key_dim is not None and self.key_dim < 1:
+      raise ValueError(f"ModelConfig.key_dim={self.key_dim!r} must be None or a positive integer.")
+    if not 0.0 <= self.dropout < 1.0:
+      raise ValueError(f"ModelConfig.dropout={self.dropout!r} must be in [0, 1).")
+    if not 0.0 < self.dt_min <= self.dt_max:
+      raise ValueError(f"ModelConfig.dt_min={self.dt_min!r} and dt_max={self.dt_max!r} must satisfy "
+                       "0 < dt_min <= dt_max.")
+    if self.input_std <= 0:
+      raise ValueError(f"ModelConfig.input_std={self.input_std!r} must be positive.")
+
+  @property
+  def head_dim(self) -> int:
+    """Value width per head, d_model / num_heads."""
+    return self.d_model // self.num_heads
+
+  @property
+  def qk_dim(self) -> int:
+    """Key/query width per head."""
+    return self.key_dim if self.key_dim is not None else self.head_dim
+
+  def replace(self, **overrides) -> "ModelConfig":
+    """A copy with some fields changed (validated again)."""
+    return dataclasses.replace(self, **overrides)
+
+
+# S5's depth and width per LRA task (spec §7.3), LION-S with HiPPO decays, d_head = 64.
+PRESETS: dict[str, ModelConfig] = {
+    "listops": ModelConfig(d_model=128, num_layers=8, num_heads=2, activation="half_glu2"),
+    "text": ModelConfig(d_model=256, num_layers=6, num_heads=4, activation="half_glu2", dropout=0.1),
+    "retrieval": ModelConfig(d_model=128, num_layers=6, num_heads=2, activation="half_glu1"),
+    # S5 feeds grayscale CIFAR normalised with mean 122.6/255 and std 61/255 to a Dense encoder.
+    "image": ModelConfig(d_model=512, num_layers=6, num_heads=8, activation="half_glu1", dropout=0.1,
+                         encoder="dense", input_mean=122.6 / 255, input_std=61 / 255),
+    "pathfinder": ModelConfig(d_model=192, num_layers=6, num_heads=3, activation="half_glu1",
+                              dropout=0.05, bn_momentum=0.9, encoder="dense"),
+    "pathx": ModelConfig(d_model=128, num_layers=6, num_heads=2, activation="half_glu1",
+                         bn_momentum=0.9, encoder="dense", dt_min=1e-4, remat=True),
+}
+
+
+def preset(task: str, **overrides) -> ModelConfig:
+  """The preset for an LRA task with some fields overridden.
+
+  Args:
+    task: one of "listops", "text", "retrieval", "image", "pathfinder", "pathx".
+    **overrides: `ModelConfig` fields to change, e.g. `decay="fixed"` or `d_model=32`.
+
+  Returns:
+    A validated `ModelConfig`.
+
+  Raises:
+    ValueError: for an unknown task (naming the known ones) or an invalid override.
+  """
+  if task not in PRESETS:
+    raise ValueError(f"Unknown task {task!r}; presets exist for {', '.join(map(repr, PRESETS))}.")
+  try:
+    return dataclasses.replace(PRESETS[task], **overrides)
+  except TypeError as error:  # an unknown field name
+    fields = ", ".join(f.name for f in dataclasses.fields(ModelConfig))
+    raise ValueError(f"{error}; ModelConfig fields are: {fields}.") from None

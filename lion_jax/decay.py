@@ -1,0 +1,140 @@
+"""Decay parameterisations of the LION mixer as small pure functions (spec §6.7, §9 items 6–9).
+
+A LION decay is λ ∈ (0, 1) with log-decay a = log λ ≤ 0, one per head ("scalar", G = 1) or per
+value channel ("vector", G = V). The mixer keeps a *base* decay parameter of shape [H, G]:
+
+  decay_param="neg_exp":  log λ = −exp(ρ)          (spec §6.7: equals S5's Λ_re·Δ, always in (0, 1))
+  decay_param="sigmoid":  λ = σ(a), log λ = log σ(a) (paper Sec. 3.3 LION-D)
+
+Selective decays (LION-S) modulate the base log-decay B = log λ_base with per-token gate logits
+z = W x + b ([B, L, H, G]) in one of four `selective_mode`s:
+
+  sigmoid_dt     log λ = B · 2σ(z)             a sigmoid-bounded selective Δ; λ ∈ (λ_base², 1) ⊂ (0, 1),
+                                              and exactly the base decay at z = 0 (the default)
+  log_additive   log λ = B + log σ(z)          paper Sec. 3.3 form plus a HiPPO offset; needs b ≈ +8
+  paper_literal  log λ = min(σ(z) + B, 0)      paper Sec. 4.5 "σ(A_i) + B_i", clamped to λ ≤ 1
+  softplus       log λ = B + softplus(z)       ablation [7]: ≥ B and usually > 0, i.e. λ > 1. It is
+                                              unstable on purpose (the paper reports it fails).
+
+Inits of the base decay (all return log λ and the ZOH input gain γ used by the W_v init):
+
+  hippo     Λ = −½ (S5/DSS real part), Δ ~ LogUniform[dt_min, dt_max]: log λ = −Δ/2, λ ∈ [e^{−dt_max/2},
+            e^{−dt_min/2}]
+  s4d_real  Λ_n = −(n+1) with n the channel index inside the head (head index for scalar decays)
+  random    λ = σ(N(0, 1)), the official release's LION-D init ("w/o HiPPO" rows of Table 3)
+
+The ZOH gain is γ = (e^{ΛΔ} − 1)/Λ = (λ − 1)/Λ ≈ Δ (spec §6.7, §9 item 9); "random" uses Λ = −½.
+Shapes: H heads, G decay channels per head, B batch, L length.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+HIPPO_REAL = -0.5  # Re Λ of the diagonalised HiPPO-LegS normal part (S5, DSS)
+DEFAULT_SELECTIVE_BIAS = {"sigmoid_dt": 0.0, "log_additive": 8.0, "paper_literal": 0.0,
+                          "softplus": 0.0}
+
+
+def sample_dt(key, shape, dt_min: float, dt_max: float):
+  """Δ log-uniform in [dt_min, dt_max] (S5 `log_step` init).
+
+  Args:
+    key: a PRNG key.
+    shape: output shape.
+    dt_min, dt_max: the range of Δ.
+
+  Returns:
+    float32 array of `shape` with log Δ ~ U[log dt_min, log dt_max].
+  """
+  log_dt = jax.random.uniform(key, shape, jnp.float32, jnp.log(dt_min), jnp.log(dt_max))
+  return jnp.exp(log_dt)
+
+
+def init_log_decay(key, heads: int, groups: int, init: str, dt_min: float, dt_max: float):
+  """Base log-decays and their ZOH gains at init.
+
+  Args:
+    key: a PRNG key.
+    heads: H.
+    groups: G, decay channels per head (1 for scalar decays).
+    init: "hippo", "s4d_real" or "random".
+    dt_min, dt_max: range of the log-uniform step Δ ("hippo", "s4d_real").
+
+  Returns:
+    (log_lambda, gain), both float32 [H, G]: log λ < 0 and the ZOH gain γ = (λ − 1)/Λ > 0.
+  """
+  shape = (heads, groups)
+  if init == "random":
+    log_lambda = jax.nn.log_sigmoid(jax.random.normal(key, shape, jnp.float32))
+    real = jnp.full(shape, HIPPO_REAL)
+  else:
+    dt = sample_dt(key, shape, dt_min, dt_max)
+    if init == "hippo":
+      real = jnp.full(shape, HIPPO_REAL)
+    elif init == "s4d_real":
+      index = jnp.arange(groups) if groups > 1 else jnp.arange(heads)[:, None]
+      real = -(jnp.broadcast_to(index, shape) + 1.0).astype(jnp.float32)
+    else:
+      raise ValueError(f"decay_init={init!r} is not one of 'hippo', 's4d_real', 'random'.")
+    log_lambda = real * dt
+  gain = jnp.expm1(log_lambda) / real  # (λ − 1)/Λ, computed without cancellation
+  return log_lambda, gain
+
+
+def to_param(log_lambda, decay_param: str):
+  """The base-decay parameter that represents `log_lambda` (inverse of `base_log_decay`).
+
+  Args:
+    log_lambda: log λ < 0, any shape.
+    decay_param: "neg_exp" (returns ρ = log(−log λ)) or "sigmoid" (returns a = logit λ).
+
+  Returns:
+    The parameter, same shape.
+  """
+  if decay_param == "neg_exp":
+    return jnp.log(-log_lambda)
+  if decay_param == "sigmoid":
+    return log_lambda - jnp.log(-jnp.expm1(log_lambda))  # logit(λ) = log λ − log(1 − λ)
+  raise ValueError(f"decay_param={decay_param!r} is not one of 'neg_exp', 'sigmoid'.")
+
+
+def base_log_decay(param, decay_param: str):
+  """log λ of the base (non-selective) decay from its parameter; always < 0.
+
+  Args:
+    param: ρ ("neg_exp") or a ("sigmoid"), any shape ([H, G] in the mixer).
+    decay_param: "neg_exp" or "sigmoid".
+
+  Returns:
+    log λ, same shape.
+  """
+  if decay_param == "neg_exp":
+    return -jnp.exp(param)
+  if decay_param == "sigmoid":
+    return jax.nn.log_sigmoid(param)
+  raise ValueError(f"decay_param={decay_param!r} is not one of 'neg_exp', 'sigmoid'.")
+
+
+def selective_log_decay(base, gate_logits, mode: str):
+  """Per-token log-decays of LION-S (module docstring for the four modes).
+
+  Args:
+    base: [H, G] base log-decays B ≤ 0.
+    gate_logits: [B, L, H, G] z = W x + b.
+    mode: "sigmoid_dt", "log_additive", "paper_literal" or "softplus".
+
+  Returns:
+    [B, L, H, G] log λ: < 0 for "sigmoid_dt" and "log_additive", ≤ 0 for "paper_literal", and
+    unbounded above for "softplus".
+  """
+  if mode == "sigmoid_dt":
+    return base * (2.0 * jax.nn.sigmoid(gate_logits))
+  if mode == "log_additive":
+    return base + jax.nn.log_sigmoid(gate_logits)
+  if mode == "paper_literal":
+    return jnp.minimum(jax.nn.sigmoid(gate_logits) + base, 0.0)
+  if mode == "softplus":
+    return base + jax.nn.softplus(gate_logits)
+  raise ValueError(f"selective_mode={mode!r} is not one of {', '.join(map(repr, DEFAULT_SELECTIVE_BIAS))}.")

@@ -1,0 +1,146 @@
+"""`LionMixer`: the LION sequence mixer (the attention block replacement) in Flax NNX.
+
+    q = φ(x W_q),  k = φ(x W_k),  v = x W_v      per head          (spec §6.7 steps 1–2)
+    λ per head or per value channel, fixed or per token            (`lion_jax.decay`)
+    y = lion_attention(q, k, v, log λ) W_o                          (spec §5.4, §6.7 steps 3–5)
+
+The module owns parameters and wiring only; the maths is in `lion_jax.attention` (the five forms)
+and `lion_jax.decay` (decay parameterisations). The same parameters run in every form: pass
+`form=` (and `chunk_size=`) to `__call__` to switch at inference without touching weights.
+
+Parameter names (for optimiser partitions; every decay parameter has "decay" in its path):
+  q_proj/kernel, k_proj/kernel, v_proj/kernel     [M, H·K], [M, H·K], [M, H·V] (no biases)
+  decay_base                                       [H, G] base decay ρ (log λ = −e^ρ) or a (λ = σ(a));
+                                                   absent for decay="lit". The HiPPO/Δ part: no WD.
+  decay_gate/kernel, decay_gate/bias               [M, H·G], [H·G] selective gate (decay="selective")
+  out_proj/kernel, out_proj/bias                   [H·V, M], [M] (output_proj=True)
+Shapes: B batch, L length, M = d_model, H heads, K key dim, V = M / H value dim, G decay channels.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from lion_jax import decay as decay_lib
+from lion_jax.attention import lion_attention
+from lion_jax.config import ModelConfig
+
+
+def feature_map(x, name: str):
+  """φ applied to queries or keys, per head (spec §1.4).
+
+  Args:
+    x: [..., K] projected queries or keys of one head.
+    name: "silu_norm" ((SiLU(x) + 0.5)/‖·‖₂, positive), "elu1" (ELU(x) + 1), "sigmoid", "relu"
+      or "identity".
+
+  Returns:
+    [..., K] features.
+  """
+  if name == "silu_norm":
+    # SiLU(x) + 0.5 ≥ 0.2215 > 0, so the norm never vanishes and q·k ∈ (0, 1].
+    y = jax.nn.silu(x) + 0.5
+    return y * jax.lax.rsqrt(jnp.sum(y * y, axis=-1, keepdims=True))
+  if name == "elu1":
+    return jax.nn.elu(x) + 1.0
+  if name == "sigmoid":
+    return jax.nn.sigmoid(x)
+  if name == "relu":
+    return jax.nn.relu(x)
+  if name == "identity":
+    return x
+  raise ValueError(f"feature_map={name!r} is not one of 'silu_norm', 'elu1', 'sigmoid', 'relu', "
+                   "'identity'.")
+
+
+class LionMixer(nnx.Module):
+  """LION-LIT / LION-D / LION-S mixer over [B, L, M] sequences (module docstring for parameters).
+
+  Args:
+    config: the model configuration (d_model, num_heads, decay, feature_map, inits, ...).
+    rngs: parameter initialisation randomness.
+  """
+
+  def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+    self.config = config
+    m, h, k, v = config.d_model, config.num_heads, config.qk_dim, config.head_dim
+    self.groups = v if config.decay_shape == "vector" else 1  # G
+    qk_init = nnx.initializers.normal(config.qk_init_std)
+    self.q_proj = nnx.Linear(m, h * k, use_bias=False, kernel_init=qk_init, rngs=rngs)
+    self.k_proj = nnx.Linear(m, h * k, use_bias=False, kernel_init=qk_init, rngs=rngs)
+    self.v_proj = nnx.Linear(m, h * v, use_bias=False, rngs=rngs)
+
+    # LIT has no decay; its ZOH W_v init still uses HiPPO gains (Λ = −½, Δ log-uniform).
+    init = config.decay_init if config.decay != "lit" else "hippo"
+    log_lambda, gain = decay_lib.init_log_decay(rngs.params(), h, self.groups, init,
+                                                config.dt_min, config.dt_max)  # [H, G] each
+    self.decay_base = (None if config.decay == "lit" else
+                       nnx.Param(decay_lib.to_param(log_lambda, config.decay_param)))
+    if config.decay == "selective":
+      bias = config.selective_bias_init
+      if bias is None:
+        bias = decay_lib.DEFAULT_SELECTIVE_BIAS[config.selective_mode]
+      self.decay_gate = nnx.Linear(
+          m, h * self.groups, kernel_init=nnx.initializers.normal(config.selective_init_std),
+          bias_init=nnx.initializers.constant(bias), rngs=rngs)
+    else:
+      self.decay_gate = None
+
+    # W_v: ZOH gains γ on the diagonal (spec §6.7, §9 item 9). Scalar decays share γ over a head.
+    gain = jnp.broadcast_to(gain, (h, v)).reshape(h * v)  # [H·V]
+    if config.v_init == "zoh_diag":
+      self.v_proj.kernel[...] = jnp.diag(gain)  # needs M = H·V, true by construction
+    elif config.v_init == "zoh_lecun":
+      self.v_proj.kernel[...] = self.v_proj.kernel[...] * gain[None, :]  # diag(γ) on the state side
+    self.out_proj = nnx.Linear(h * v, m, rngs=rngs) if config.output_proj else None
+
+  def log_decay(self, x):
+    """log λ in the shape `lion_attention` takes, or None for LION-LIT.
+
+    Args:
+      x: [B, L, M] the mixer input (used by selective decays only).
+
+    Returns:
+      None, [H] or [H, V] (fixed), or [B, L, H] or [B, L, H, V] (selective).
+    """
+    config = self.config
+    if config.decay == "lit":
+      return None
+    base = decay_lib.base_log_decay(self.decay_base[...], config.decay_param)  # [H, G]
+    if config.decay == "selective":
+      batch, length, _ = x.shape
+      logits = self.decay_gate(x).reshape(batch, length, config.num_heads, self.groups)  # [B, L, H, G]
+      # The gate is a plain parameter in the graph: gradients reach W (unlike the official
+      # image code, which detaches it; spec §1.2).
+      out = decay_lib.selective_log_decay(base, logits.astype(jnp.float32), config.selective_mode)
+    else:
+      out = base
+    return out[..., 0] if self.groups == 1 else out
+
+  def __call__(self, x, mask=None, *, form: str | None = None, chunk_size: int | None = None):
+    """Mixes a batch of sequences.
+
+    Args:
+      x: [B, L, M] inputs (normalised by the enclosing block).
+      mask: optional [B, L] bool, False at padding: padded keys enter no sum.
+      form: evaluation form of `lion_attention`; None uses `config.form`.
+      chunk_size: chunk length for "chunk"/"chunk_scan"; None uses `config.chunk_size`.
+
+    Returns:
+      [B, L, M] outputs (values at padded positions are meaningless but finite).
+    """
+    config = self.config
+    batch, length, _ = x.shape
+    h, k, v = config.num_heads, config.qk_dim, config.head_dim
+    q = feature_map(self.q_proj(x).reshape(batch, length, h, k), config.feature_map)  # [B, L, H, K]
+    key = feature_map(self.k_proj(x).reshape(batch, length, h, k), config.feature_map)  # [B, L, H, K]
+    value = self.v_proj(x).reshape(batch, length, h, v)  # [B, L, H, V]
+    y = lion_attention(q, key, value, self.log_decay(x),
+                       form=config.form if form is None else form,
+                       convention=config.convention, normalize=config.normalize, key_mask=mask,
+                       chunk_size=config.chunk_size if chunk_size is None else chunk_size,
+                       eps=config.eps)  # [B, L, H, V]
+    y = y.reshape(batch, length, h * v)  # [B, L, M]
+    return self.out_proj(y) if self.out_proj is not None else y

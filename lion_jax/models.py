@@ -1,0 +1,190 @@
+"""LRA models: input encoders, the LION block stack, masked mean pooling and classification heads.
+
+    from flax import nnx
+    from lion_jax import LraClassifier, preset
+    model = LraClassifier(preset("listops"), num_classes=10, vocab_size=20, rngs=nnx.Rngs(0))
+    logits = model(tokens, lengths)                      # [B, 10], training mode (dropout, BN stats)
+    model.eval(); logits = model(tokens, lengths, form="rnn")   # same weights, recurrent form
+
+Padding: positions ≥ length are padding. They are masked from the attention (no key enters a sum),
+from BatchNorm statistics and from pooling, and the residual stream is zeroed there after the
+encoder and after every block, so real examples do not depend on how a batch is padded.
+No positional encoding: the decays carry position (spec §6.7).
+Shapes: B batch, L length, M = d_model, C classes.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from lion_jax.blocks import make_block, zero_padding
+from lion_jax.config import ModelConfig
+
+
+class InputEncoder(nnx.Module):
+  """Maps raw inputs to d_model features; no positional encoding.
+
+  encoder="embed": token ids (or 8-bit pixel values used as tokens) → embedding table. It is
+  initialised like S5's one-hot → Dense encoder (std 1/√vocab), without the bias.
+  encoder="dense": pixel values v ∈ [0, 255] → (v/255 − input_mean)/input_std → Dense(1 → M).
+
+  Args:
+    config: model configuration (encoder, d_model, input_mean, input_std).
+    vocab_size: number of token ids (ignored by the dense encoder).
+    rngs: parameter randomness.
+  """
+
+  def __init__(self, config: ModelConfig, vocab_size: int, *, rngs: nnx.Rngs):
+    self.kind = config.encoder
+    self.mean, self.std = float(config.input_mean), float(config.input_std)
+    if config.encoder == "embed":
+      init = nnx.initializers.normal(vocab_size ** -0.5)
+      self.embed = nnx.Embed(vocab_size, config.d_model, embedding_init=init, rngs=rngs)
+      self.dense = None
+    else:
+      self.embed = None
+      self.dense = nnx.Linear(1, config.d_model, rngs=rngs)
+
+  def __call__(self, inputs):
+    """[B, L] ids or pixel values → [B, L, M] features."""
+    if self.embed is not None:
+      return self.embed(inputs.astype(jnp.int32))
+    pixels = (inputs.astype(jnp.float32) / 255.0 - self.mean) / self.std  # [B, L]
+    return self.dense(pixels[..., None])
+
+
+class LionEncoder(nnx.Module):
+  """Input encoder followed by `num_layers` residual blocks; the shared tower of every model.
+
+  Args:
+    config: model configuration.
+    vocab_size: number of token ids for encoder="embed".
+    rngs: parameter and dropout randomness.
+  """
+
+  def __init__(self, config: ModelConfig, vocab_size: int, *, rngs: nnx.Rngs):
+    self.remat = config.remat
+    self.embed = InputEncoder(config, vocab_size, rngs=rngs)
+    self.blocks = nnx.List([make_block(config, rngs=rngs) for _ in range(config.num_layers)])
+
+  def __call__(self, inputs, mask, *, form: str | None = None, chunk_size: int | None = None):
+    """Encodes a batch.
+
+    Args:
+      inputs: [B, L] token ids or pixel values.
+      mask: [B, L] bool, False at padding.
+      form, chunk_size: mixer evaluation form (None: the config's).
+
+    Returns:
+      [B, L, M] features, zero at padding.
+    """
+    def run(block, x, mask):
+      return block(x, mask, form=form, chunk_size=chunk_size)
+
+    if self.remat:  # recompute each block's activations in the backward pass
+      run = nnx.remat(run)
+    x = zero_padding(self.embed(inputs), mask)  # [B, L, M]
+    for block in self.blocks:
+      x = zero_padding(run(block, x, mask), mask)
+    return x
+
+
+def token_mask(lengths, length: int):
+  """[B] (or any shape) lengths → [..., L] bool mask, True at real positions (< length)."""
+  return jnp.arange(length) < jnp.asarray(lengths)[..., None]
+
+
+def masked_mean(x, mask):
+  """Mean over real positions only.
+
+  Args:
+    x: [B, L, M] features.
+    mask: [B, L] bool.
+
+  Returns:
+    [B, M]; an empty sequence pools to zeros.
+  """
+  weights = mask.astype(x.dtype)[..., None]  # [B, L, 1]
+  count = jnp.maximum(weights.sum(axis=1), 1.0)  # [B, 1]
+  return (x * weights).sum(axis=1) / count
+
+
+class RetrievalHead(nnx.Module):
+  """Two-tower matching head (S5/S4, Tay et al. 2020): [u, v, u − v, u ⊙ v] → Dense → GELU → Dense.
+
+  Args:
+    d_model: M, width of each pooled document.
+    num_classes: C.
+    rngs: parameter randomness.
+  """
+
+  def __init__(self, d_model: int, num_classes: int, *, rngs: nnx.Rngs):
+    self.hidden = nnx.Linear(4 * d_model, d_model, rngs=rngs)
+    self.out = nnx.Linear(d_model, num_classes, rngs=rngs)
+
+  def __call__(self, u, v):
+    """[B, M], [B, M] → [B, C] logits."""
+    features = jnp.concatenate([u, v, u - v, u * v], axis=-1)  # [B, 4M]
+    return self.out(jax.nn.gelu(self.hidden(features)))
+
+
+class LraClassifier(nnx.Module):
+  """A LION model for one LRA task: encoder tower, masked mean pooling, classification head.
+
+  Args:
+    config: the model configuration (e.g. `preset("listops")`).
+    num_classes: C.
+    vocab_size: number of token ids (encoder="embed"; 256 for 8-bit pixels as tokens).
+    dual_input: two documents per example sharing one tower (Retrieval); then `inputs` is
+      [B, 2, L] and `lengths` [B, 2].
+    rngs: parameter and dropout randomness (`nnx.Rngs(params=..., dropout=...)` or one seed).
+
+  Train/eval: `model.train()` (dropout on, BatchNorm batch statistics over real tokens, running
+  averages updated) and `model.eval()` (dropout off, running averages). A new model is in train mode.
+  """
+
+  def __init__(self, config: ModelConfig, *, num_classes: int, vocab_size: int,
+               dual_input: bool = False, rngs: nnx.Rngs):
+    self.config = config
+    self.dual_input = dual_input
+    self.encoder = LionEncoder(config, vocab_size, rngs=rngs)
+    if dual_input:
+      self.head = RetrievalHead(config.d_model, num_classes, rngs=rngs)
+    else:
+      self.head = nnx.Linear(config.d_model, num_classes, rngs=rngs)
+
+  def __call__(self, inputs, lengths, *, form: str | None = None, chunk_size: int | None = None):
+    """Classifies a batch.
+
+    Args:
+      inputs: int [B, L] token ids or 8-bit pixel values; [B, 2, L] with dual_input.
+      lengths: int [B] real lengths ([B, 2] with dual_input); positions ≥ length are padding.
+      form: "attention", "rnn", "scan", "chunk", "chunk_scan" or "auto" for every mixer
+        (None: `config.form`). All forms give the same logits up to float rounding.
+      chunk_size: chunk length for the chunked forms (None: `config.chunk_size`).
+
+    Returns:
+      [B, C] logits (float32).
+    """
+    inputs, lengths = jnp.asarray(inputs), jnp.asarray(lengths)
+    expected = 3 if self.dual_input else 2
+    if inputs.ndim != expected or lengths.shape != inputs.shape[:-1]:
+      layout = "[B, 2, L] inputs and [B, 2] lengths" if self.dual_input else "[B, L] inputs and [B] lengths"
+      raise ValueError(f"Expected {layout}; got inputs {inputs.shape} and lengths {lengths.shape}.")
+    if self.dual_input:
+      batch, _, length = inputs.shape
+      inputs, lengths = inputs.reshape(2 * batch, length), lengths.reshape(2 * batch)  # [2B, L]
+    mask = token_mask(lengths, inputs.shape[-1])  # [B', L]
+    x = self.encoder(inputs, mask, form=form, chunk_size=chunk_size)  # [B', L, M]
+    pooled = masked_mean(x, mask)  # [B', M]
+    if self.dual_input:
+      pooled = pooled.reshape(batch, 2, -1)  # [B, 2, M]
+      return self.head(pooled[:, 0], pooled[:, 1])
+    return self.head(pooled)
+
+
+def count_params(model: nnx.Module) -> int:
+  """Number of trainable scalars (nnx.Param leaves; BatchNorm running statistics excluded)."""
+  return sum(int(x.size) for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
