@@ -96,6 +96,16 @@ def test_listops_bad_row_names_file_and_line(tmp_path):
     load_task("listops", tmp_path, cache_dir=False)
 
 
+def test_listops_bad_header_or_empty_file(tmp_path):
+  write_listops(tmp_path / "listops")
+  (tmp_path / "listops/basic_val.tsv").write_text("Source\tTarget\n")
+  with pytest.raises(MalformedDataError, match=r"basic_val\.tsv: no examples"):
+    load_task("listops", tmp_path, cache_dir=False)
+  (tmp_path / "listops/basic_val.tsv").write_text("( [SM 1 ] )\t1\n")
+  with pytest.raises(MalformedDataError, match=r"basic_val\.tsv:1: expected the header"):
+    load_task("listops", tmp_path, cache_dir=False)
+
+
 def test_listops_missing_prints_the_generate_command(tmp_path):
   with pytest.raises(MissingDataError) as err:
     load_task("listops", tmp_path / "nowhere")
@@ -425,6 +435,63 @@ def test_pathfinder_missing_prints_the_generate_command(tmp_path):
   assert (f"python -m lra.data generate pathfinder --resolution 128 --difficulty intermediate "
           f"--num 200000 --out {tmp_path}") in str(err.value)
   assert "pathfinder128/curv_contour_length_9" in str(err.value)
+
+
+# --------------------------------------------------------------------------- TFDS array_record input
+
+
+def write_tfds(root: Path, name: str, version: str, config: str | None, features: dict,
+               splits: dict[str, list[dict]]) -> None:
+  """Prepares a tiny TFDS dataset in array_record format (works without TensorFlow)."""
+  tfds = pytest.importorskip("tensorflow_datasets")
+
+  class Builder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
+    VERSION = tfds.core.Version(version)
+    code_path = None  # no checksums file to look up (and TFDS's lookup needs importlib_resources)
+    BUILDER_CONFIGS = [tfds.core.BuilderConfig(name=config)] if config else []
+
+    def _info(self):
+      return tfds.core.DatasetInfo(builder=self, features=tfds.features.FeaturesDict(features))
+
+    def _split_generators(self, dl_manager):
+      return {split: self._generate_examples(split) for split in splits}
+
+    def _generate_examples(self, split):
+      for i, example in enumerate(splits[split]):
+        yield f"{split}_{i}", example
+
+  Builder.name = name
+  Builder(data_dir=str(root), config=config, file_format="array_record").download_and_prepare()
+
+
+def test_text_from_a_prepared_tfds_folder(tmp_path):
+  tfds = pytest.importorskip("tensorflow_datasets")
+  reviews = {s: [{"text": f"{s} review {i} caf\u00e9", "label": i % 2} for i in range(3)]
+             for s in ("train", "test")}
+  features = {"text": tfds.features.Text(), "label": tfds.features.ClassLabel(names=["neg", "pos"])}
+  write_tfds(tmp_path / "tfds", "imdb_reviews", "1.0.0", "plain_text", features, reviews)
+  splits, _ = load_task("text", tmp_path, seq_len=32, cache_dir=False)  # "auto" falls back to TFDS
+  decoded = {bytes(row[:n] - 1).decode(): label
+             for row, n, label in zip(splits["test"].inputs.astype(np.uint8), splits["test"].lengths,
+                                      splits["test"].labels)}
+  assert decoded == {r["text"]: r["label"] for r in reviews["test"]}
+
+
+def test_image_from_a_prepared_tfds_folder(tmp_path):
+  tfds = pytest.importorskip("tensorflow_datasets")
+  # The real cifar10 stores PNG-encoded `Image` features, which need TF to *prepare*;
+  # a raw uint8 tensor reads back identically through the data source.
+  hwc = np.zeros((20, 32, 32, 3), np.uint8)
+  hwc[:, 0, :len(KNOWN_GRAY)] = [rgb for rgb, _ in KNOWN_GRAY]
+  examples = [{"image": x, "label": i % 10} for i, x in enumerate(hwc)]
+  features = {"image": tfds.features.Tensor(shape=(32, 32, 3), dtype=np.uint8),
+              "label": tfds.features.ClassLabel(num_classes=10)}
+  write_tfds(tmp_path / "tfds", "cifar10", "3.0.2", None, features,
+             {"train": examples, "test": examples[:4]})
+  splits, _ = load_task("image", tmp_path, source="tfds", cache_dir=False)
+  assert [len(splits[s]) for s in ("train", "val", "test")] == [18, 2, 4]
+  np.testing.assert_array_equal(splits["test"].inputs[:, :len(KNOWN_GRAY)],
+                                np.tile([g for _, g in KNOWN_GRAY], (4, 1)))
 
 
 # --------------------------------------------------------------------------- cache and max_examples

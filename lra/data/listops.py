@@ -28,12 +28,6 @@ SPLIT_FILES = {"train": "basic_train.tsv", "val": "basic_val.tsv", "test": "basi
 GENERATE_COMMAND = "python -m lra.data generate listops --out {root}"
 
 _TOKEN_IDS = {tok: i for i, tok in enumerate(VOCAB)}
-# Every token becomes one character so that a whole row is looked up with one
-# vectorised table read instead of a Python loop over ~1000 tokens.
-_OPERATOR_CHARS = {"[MIN": "a", "[MAX": "b", "[MED": "c", "[SM": "d", "]": "e"}
-_CHAR_TABLE = np.full(256, 255, np.uint8)
-for _tok, _char in {**{d: d for d in "0123456789"}, **_OPERATOR_CHARS}.items():
-  _CHAR_TABLE[ord(_char)] = _TOKEN_IDS[_tok]
 
 
 def locate(data_dir: str | os.PathLike) -> dict[str, Path]:
@@ -67,8 +61,7 @@ def tokenize(source: str) -> np.ndarray:
   unknown = set(tokens).difference(VOCAB[1:])
   if unknown:
     raise ValueError(f"unknown token(s) {sorted(unknown)} (vocabulary: {' '.join(VOCAB[1:])})")
-  compact = "".join(_OPERATOR_CHARS.get(t, t) for t in tokens)
-  return _CHAR_TABLE[np.frombuffer(compact.encode("ascii"), np.uint8)]
+  return np.fromiter(map(_TOKEN_IDS.__getitem__, tokens), np.uint8, len(tokens))
 
 
 def read_tsv(path: Path, *, seq_len: int = SEQ_LEN, max_examples: int | None = None) -> Split:
@@ -78,7 +71,8 @@ def read_tsv(path: Path, *, seq_len: int = SEQ_LEN, max_examples: int | None = N
     MalformedDataError: naming the path and line of a bad header or row.
   """
   seqs, labels = [], []
-  with open(path, encoding="utf-8", newline="") as f:
+  # errors="replace": a stray non-UTF-8 byte surfaces as an unknown token with its line number.
+  with open(path, encoding="utf-8", errors="replace", newline="") as f:
     header = f.readline().rstrip("\r\n").split("\t")
     if header != ["Source", "Target"]:
       raise MalformedDataError(
@@ -101,6 +95,8 @@ def read_tsv(path: Path, *, seq_len: int = SEQ_LEN, max_examples: int | None = N
       except ValueError as e:
         raise MalformedDataError(f"{path}:{line_no}: bad ListOps row: {e}") from None
       labels.append(label)
+  if not labels:
+    raise MalformedDataError(f"{path}: no examples after the header")
   inputs, lengths = pack(seqs, seq_len, np.uint8)
   return Split(inputs, lengths, np.asarray(labels, np.int32))
 

@@ -77,7 +77,7 @@ def read_tsv(path: Path, *, seq_len: int = SEQ_LEN, max_examples: int | None = N
         label = int(float(fields[0]))
         if label not in (0, 1):
           raise ValueError(f"label {fields[0].decode(errors='replace')!r} is not 0 or 1")
-      except ValueError as e:
+      except (ValueError, OverflowError) as e:
         raise MalformedDataError(f"{path}:{line_no}: bad AAN row: {e}") from None
       for doc, text in enumerate(fields[3:]):
         ids = byte_ids(text[:seq_len])
@@ -85,6 +85,8 @@ def read_tsv(path: Path, *, seq_len: int = SEQ_LEN, max_examples: int | None = N
         lengths[n, doc] = len(ids)
       labels[n] = label
       n += 1
+  if n == 0:
+    raise MalformedDataError(f"{path}: no rows")
   return Split(inputs[:n], lengths[:n], labels[:n])
 
 
