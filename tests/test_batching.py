@@ -120,3 +120,12 @@ def test_memory_mapped_inputs_batch_like_in_memory_ones(tmp_path):
   b = take(make_loader(mapped, batch_size=6, seed=1, shuffle=True, drop_remainder=True), 6)
   for x, y in zip(a, b):
     np.testing.assert_array_equal(x["inputs"], y["inputs"])
+
+
+def test_worker_processes_yield_the_same_batches():
+  def first(worker_count):
+    with make_loader(make_split(), batch_size=4, seed=5, shuffle=True, drop_remainder=True,
+                     worker_count=worker_count) as loader:
+      return labels_of(take(loader, 7))
+
+  assert first(1) == first(0)

@@ -44,15 +44,10 @@ class _Gather:
     # Filler rows repeat the batch's first example, so the model never sees an empty
     # (zero-length) sequence; example_mask marks them for the metrics.
     rows = np.concatenate([idx, np.full(b - n, idx[0], idx.dtype)]) if n < b else idx
-    # Sorted reads are kinder to memory-mapped inputs; undo the sort afterwards.
-    order = np.argsort(rows, kind="stable")
-    inverse = np.empty_like(order)
-    inverse[order] = np.arange(b)
-    sorted_rows = rows[order]
     return {
-        "inputs": np.asarray(self.split.inputs[sorted_rows], np.int32)[inverse],  # [B, L] or [B, 2, L]
-        "lengths": np.asarray(self.split.lengths[sorted_rows], np.int32)[inverse],  # [B] or [B, 2]
-        "labels": np.asarray(self.split.labels[sorted_rows], np.int32)[inverse],  # [B]
+        "inputs": np.asarray(self.split.inputs[rows], np.int32),  # [B, L] or [B, 2, L]
+        "lengths": np.asarray(self.split.lengths[rows], np.int32),  # [B] or [B, 2]
+        "labels": np.asarray(self.split.labels[rows], np.int32),  # [B]
         "example_mask": np.arange(b) < n,  # [B]
     }
 
