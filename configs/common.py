@@ -1,0 +1,208 @@
+"""The shared LRA experiment config: base fields, variants, `runlocal`, and `parse_arg`.
+
+Every `configs/<task>.py` calls `get_base_config(task, arg, ...)` and overrides only what
+differs for that task, so the task × variant grid stays one file per task:
+
+    python run.py --config configs/listops.py:lion_s,runlocal --workdir runs/x
+    python run.py --config configs/image.py:variant=lion_d --workdir runs/y --config.seed=1
+
+The argument after ":" is parsed by `parse_arg`: comma-separated `key=value` pairs; a bare
+first word is the variant and a bare later word is a flag set to True (`runlocal`).
+
+Adding a variant (e.g. a Table 6 ablation) is one line in `VARIANTS`: a name mapped to
+dotted-field overrides applied on top of the task's config.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import typing
+from typing import Any
+
+from ml_collections import config_dict
+
+from lion_jax.config import ModelConfig, preset
+
+TASKS = ("listops", "text", "retrieval", "image", "pathfinder", "pathx")
+
+# Where the data lives unless --config.data_dir says otherwise.
+DATA_ROOT = os.environ.get("LRA_DATA_DIR", "data")
+
+# Where runlocal runs of generated tasks write their tiny data sets, kept apart from the
+# real ones so that a later full run can never pick them up.
+RUNLOCAL_DATA_DIR = os.path.join(DATA_ROOT, "runlocal")
+
+# variant -> {dotted config field: value}. Names follow the paper's Table 3 rows; the
+# ablation rows of Tables 3 and 6 are one more line each.
+VARIANTS: dict[str, dict[str, Any]] = {
+    # LION-S (w/ HiPPO): selective vector decay on a HiPPO base (paper Sec. 4.5).
+    "lion_s": {"model.decay": "selective", "model.decay_init": "hippo"},
+    # LION-D (w/ HiPPO): a learnt, input-independent vector decay.
+    "lion_d": {"model.decay": "fixed", "model.decay_init": "hippo"},
+    # LION-LIT: no decay at all (expected to fail on LRA, Table 3).
+    "lion_lit": {"model.decay": "lit"},
+}
+
+# What `runlocal` shrinks (any task then finishes in about a minute on a 2-core CPU).
+RUNLOCAL = {
+    "model.d_model": 32,
+    "model.num_layers": 2,
+    "model.num_heads": 2,
+    "model.dropout": 0.0,
+    "model.remat": False,
+    "batch_size": 8,
+    "num_train_steps": 30,
+    "eval_every_steps": 15,
+    "log_every_steps": 5,
+    "max_examples": 64,
+    "warmup_epochs": 0.0,
+    "learning_rate": 2e-3,
+}
+
+
+def parse_arg(arg: str | None, **spec: Any) -> config_dict.ConfigDict:
+  """Parses `"lion_s,runlocal"` / `"variant=lion_d,seed=3"` against typed defaults.
+
+  Args:
+    arg: the string after ":" in `--config file.py:arg` (may be None or empty).
+    **spec: every accepted key with its default; the value's type is the key's type.
+      The first key may be given without a name.
+
+  Returns:
+    A ConfigDict with one entry per key of `spec`.
+
+  Raises:
+    ValueError: for an unknown key or a value that does not parse, listing the keys.
+  """
+  result = dict(spec)
+  names = list(spec)
+  for i, item in enumerate(p.strip() for p in (arg or "").split(",") if p.strip()):
+    if "=" in item:
+      key, value = (s.strip() for s in item.split("=", 1))
+    elif i == 0 and names and not isinstance(spec[names[0]], bool) and item not in spec:
+      key, value = names[0], item
+    else:
+      key, value = item, "True"
+    if key not in spec:
+      raise ValueError(f"config argument {key!r} is not one of {', '.join(names)} (got {arg!r})")
+    result[key] = _parse_value(key, value, spec[key])
+  return config_dict.ConfigDict(result)
+
+
+def _parse_value(key: str, value: str, default: Any) -> Any:
+  if isinstance(default, bool):
+    if value.lower() not in ("true", "false", "1", "0"):
+      raise ValueError(f"config argument {key}={value!r} is not a boolean")
+    return value.lower() in ("true", "1")
+  return type(default)(value) if default is not None else value
+
+
+def model_config_dict(task: str) -> config_dict.ConfigDict:
+  """The task's model preset as a ConfigDict with exactly the `ModelConfig` field names.
+
+  Fields whose default is None become typed placeholders so that they can still be set
+  from the command line (`--config.model.key_dim=32`).
+  """
+  model = preset(task)
+  hints = typing.get_type_hints(ModelConfig)
+  values = {}
+  for field in dataclasses.fields(ModelConfig):
+    value = getattr(model, field.name)
+    if value is None:
+      value = config_dict.placeholder(_non_none_type(hints[field.name]))
+    values[field.name] = value
+  return config_dict.ConfigDict(values)
+
+
+def _non_none_type(hint: Any) -> type:
+  args = [a for a in typing.get_args(hint) if a is not type(None)]
+  return args[0] if args else str
+
+
+def set_fields(config: config_dict.ConfigDict, overrides: dict[str, Any], source: str) -> None:
+  """Sets dotted fields; an unknown field raises a KeyError naming it and `source`."""
+  for dotted, value in overrides.items():
+    *parents, leaf = dotted.split(".")
+    node = config
+    for name in parents:
+      node = node[name]
+    if leaf not in node:
+      raise KeyError(f"{source} sets unknown config field {dotted!r}; fields there: {', '.join(node)}")
+    node[leaf] = value
+
+
+def get_base_config(task: str, arg: str | None, *, batch_size: int, num_epochs: int,
+                    weight_decay: float, warmup_epochs: float = 1.0,
+                    extra_args: dict[str, Any] | None = None
+                    ) -> tuple[config_dict.ConfigDict, config_dict.ConfigDict]:
+  """The config shared by every task; `configs/<task>.py` passes the S5 numbers (spec §7.3).
+
+  Args:
+    task: one of `TASKS`.
+    arg: the `--config file.py:arg` string (see `parse_arg`).
+    batch_size, num_epochs, weight_decay, warmup_epochs: the task's schedule.
+    extra_args: task-specific `parse_arg` keys (e.g. listops' `demo`) with defaults.
+
+  Returns:
+    (config, args): the config, unlocked, for the caller to adjust and return, and the
+    parsed argument (`variant`, `runlocal` and the `extra_args` keys).
+  """
+  args = parse_arg(arg, variant="lion_s", runlocal=False, **(extra_args or {}))
+  if args.variant not in VARIANTS:
+    raise ValueError(f"unknown variant {args.variant!r}; known variants: {', '.join(VARIANTS)}")
+  config = config_dict.ConfigDict()
+  config.task = task
+  # Seeds the model init, dropout and the data order (epoch e is shuffled with seed + e).
+  config.seed = 0
+  # Root of the LRA data (layouts in `lra.data`); $LRA_DATA_DIR sets the default.
+  config.data_dir = DATA_ROOT
+  # Sequence length L (per document for retrieval); 0 keeps the task's own (2048, 4096, 4000).
+  config.seq_len = 0
+  # Keep at most this many examples per split (0: all); for smoke runs.
+  config.max_examples = 0
+  # Options passed to `lra.tasks.load_task` (e.g. text `val_split`); unknown ones are errors.
+  config.task_options = config_dict.ConfigDict()
+  # Generator arguments used when the task's data is missing (empty: never generate).
+  config.generate = config_dict.ConfigDict()
+
+  # Global batch size, split over all devices (must divide evenly).
+  config.batch_size = batch_size
+  # Evaluation batch size (0: same as batch_size); the last batch is padded and masked.
+  config.eval_batch_size = 0
+  config.num_epochs = num_epochs
+  # When > 0, train exactly this many steps instead of num_epochs.
+  config.num_train_steps = 0
+
+  # AdamW with linear warmup then cosine to 0 (paper D.2: lr 5e-4, cosine; S5: 1 warmup epoch).
+  config.learning_rate = 5e-4
+  config.warmup_epochs = warmup_epochs
+  config.weight_decay = weight_decay
+  # Learning rate of the decay parameters (the analogue of S5's ssm_lr); 0: learning_rate.
+  config.decay_learning_rate = 0.0
+  config.b1 = 0.9
+  config.b2 = 0.999
+  # Clip gradients to this global norm (0: no clipping).
+  config.grad_clip_norm = 0.0
+  # Parameter groups: (regex searched in the parameter path "blocks/0/mixer/decay_rho",
+  # group); the first match wins, unmatched parameters are "default". Groups: "default"
+  # (lr, weight decay), "no_weight_decay" (lr), "decay" (decay_learning_rate, no weight decay).
+  config.param_groups = (("decay", "decay"), (r"norm|bias|(^|/)scale$", "no_weight_decay"))
+
+  # Log training metrics every this many steps.
+  config.log_every_steps = 100
+  # Evaluate on validation every this many steps (0: once per epoch); always at the end.
+  config.eval_every_steps = 0
+  # Save a checkpoint every this many steps (0: at every evaluation); always at the end.
+  config.checkpoint_every_steps = 0
+  config.max_checkpoints_to_keep = 2
+  # Form of the model at evaluation ("" : the training form, model.form); any form of
+  # `lion_attention` gives the same numbers.
+  config.eval_form = ""
+
+  # The model: exactly the fields of `lion_jax.config.ModelConfig`, from the task preset.
+  config.model = model_config_dict(task)
+  set_fields(config, VARIANTS[args.variant], f"variant {args.variant!r}")
+  if args.runlocal:
+    set_fields(config, RUNLOCAL, "runlocal")
+  return config, args

@@ -1,0 +1,28 @@
+r"""The config of an existing run, read back from `<workdir>/config.json`.
+
+`run.py --mode eval --workdir DIR` uses it when no `--config` is given, so field overrides
+such as `--config.eval_form=rnn` apply to exactly the config the run was trained with:
+
+    python run.py --mode eval --workdir runs/listops --config.eval_form=rnn
+"""
+
+import json
+from pathlib import Path
+
+from ml_collections import config_dict
+
+from configs import common
+
+
+def get_config(workdir):
+  """Loads `<workdir>/config.json`; `model` keeps its typed None fields (e.g. key_dim)."""
+  path = Path(workdir) / "config.json"
+  if not path.is_file():
+    raise FileNotFoundError(f"{path} not found: is {workdir} a run folder written by "
+                            "`run.py --config ... --workdir`? Or pass --config explicitly.")
+  values = json.loads(path.read_text())
+  model = common.model_config_dict(values["task"])
+  config = config_dict.ConfigDict({k: v for k, v in values.items() if k != "model"})
+  common.set_fields(model, values["model"], str(path))
+  config.model = model
+  return config

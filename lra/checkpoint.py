@@ -1,0 +1,80 @@
+"""Checkpoints of a run: the train state plus a JSON `meta` (step, data iterator, best so far).
+
+Two orbax `CheckpointManager`s (v0 API, spec style.md §0) live in the workdir:
+
+  checkpoints/<step>/  the latest `max_to_keep` steps, what a restart resumes from;
+  best/<step>/         the single best-validation step, what test and `--mode eval` use.
+
+Each step holds `state` (the split NNX state of model and optimizer, which includes
+the dropout RNG key and counter) and `meta` (JSON: the step, the data iterator's
+position, the best validation accuracy so far, the partial training sums). Saves are
+synchronous: orbax writes into a temporary folder and renames it when complete, so a
+SIGKILL at any moment leaves the previous checkpoint intact and a half-written one
+invisible to `latest_step()`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import jax
+import orbax.checkpoint as ocp
+
+LATEST_DIR = "checkpoints"
+BEST_DIR = "best"
+
+
+def _manager(directory: Path, max_to_keep: int) -> ocp.CheckpointManager:
+  options = ocp.CheckpointManagerOptions(
+      max_to_keep=max_to_keep, create=True, enable_async_checkpointing=False,
+      cleanup_tmp_directories=True)
+  return ocp.CheckpointManager(directory.absolute(), item_names=("state", "meta"), options=options)
+
+
+def abstract_like(state):
+  """ShapeDtypeStructs (with shardings) of `state`: the restore target."""
+  return jax.tree.map(ocp.utils.to_shape_dtype_struct, state)
+
+
+class Checkpointer:
+  """Saves and restores the latest and the best state of a run in `workdir`."""
+
+  def __init__(self, workdir: str | os.PathLike, max_to_keep: int = 2):
+    workdir = Path(workdir)
+    self.latest = _manager(workdir / LATEST_DIR, max(max_to_keep, 1))
+    self.best = _manager(workdir / BEST_DIR, 1)
+
+  def latest_step(self) -> int | None:
+    return self.latest.latest_step()
+
+  def best_step(self) -> int | None:
+    return self.best.latest_step()
+
+  def save(self, step: int, state, meta: dict[str, Any], *, best: bool = False) -> None:
+    """Saves `state` and `meta` at `step` (into best/ when `best`, else checkpoints/)."""
+    manager = self.best if best else self.latest
+    if step in manager.all_steps():
+      # A resumed run recomputes a step it had already saved before dying; the contents
+      # are identical, so replace rather than fail.
+      manager.delete(step)
+    manager.save(step, args=ocp.args.Composite(
+        state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)), force=True)
+
+  def restore(self, step: int, target, *, best: bool = False) -> tuple[Any, dict[str, Any]]:
+    """Restores (state, meta) at `step` into the structure and shardings of `target`."""
+    manager = self.best if best else self.latest
+    restored = manager.restore(step, args=ocp.args.Composite(
+        state=ocp.args.StandardRestore(abstract_like(target)), meta=ocp.args.JsonRestore()))
+    return restored["state"], restored["meta"]
+
+  def restore_meta(self, step: int, *, best: bool = False) -> dict[str, Any]:
+    manager = self.best if best else self.latest
+    return manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
+
+  def close(self) -> None:
+    self.latest.wait_until_finished()
+    self.best.wait_until_finished()
+    self.latest.close()
+    self.best.close()

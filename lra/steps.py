@@ -1,0 +1,144 @@
+"""The functional NNX training loop's pieces: state, pure step functions, sharding.
+
+    model, optimizer -> nnx.split((model, optimizer)) once -> (graphdef, state)
+    train_step(state, batch) -> (state, sums)    jax.jit, state donated
+    eval_step(model_state, batch) -> sums        jax.jit, one per evaluation form
+
+The model's mode lives in its graphdef (dropout and BatchNorm flags are static), so
+train and eval each get their own graphdef, split once; both share the same weights.
+Batches are sharded over a one-axis `data` mesh of every device and the state is
+replicated, so the same code runs on one CPU, many devices or many hosts.
+Notation: B batch, L length, C classes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from lion_jax.config import ModelConfig
+from lion_jax.models import LraClassifier, count_params
+
+
+@dataclasses.dataclass
+class TrainSetup:
+  """What the loop needs: the graphdefs, the initial state, shardings and counts.
+
+  Attributes:
+    train_graphdef: (model, optimizer) in train mode.
+    eval_graphdef: the model alone in eval mode.
+    state: the split (model, optimizer) state; `state[0]` is the model's.
+    mesh: the `data` mesh.
+    num_params: trainable scalars.
+  """
+
+  train_graphdef: Any
+  eval_graphdef: Any
+  state: Any
+  mesh: Mesh
+  num_params: int
+
+
+def make_mesh() -> Mesh:
+  """A one-axis mesh named `data` over every device of every process."""
+  return Mesh(np.asarray(jax.devices()), ("data",))
+
+
+def create_train_setup(model_config: ModelConfig, *, num_classes: int, vocab_size: int,
+                       dual_input: bool, tx: optax.GradientTransformation, seed: int,
+                       mesh: Mesh) -> TrainSetup:
+  """Builds the model and optimizer, splits them once and replicates the state on `mesh`."""
+  model = LraClassifier(model_config, num_classes=num_classes, vocab_size=vocab_size,
+                        dual_input=dual_input, rngs=nnx.Rngs(seed))
+  optimizer = nnx.Optimizer(model, tx, wrt=nnx.Param)
+  model.eval()
+  eval_graphdef, _ = nnx.split(model)
+  model.train()
+  train_graphdef, state = nnx.split((model, optimizer))
+  state = jax.device_put(state, NamedSharding(mesh, PartitionSpec()))
+  return TrainSetup(train_graphdef, eval_graphdef, state, mesh, count_params(model))
+
+
+def _sums(logits, labels, mask) -> dict[str, jax.Array]:
+  """Summed loss and correct predictions over real examples, and their count."""
+  losses = optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), labels)  # [B]
+  weights = mask.astype(jnp.float32)  # [B]
+  correct = (jnp.argmax(logits, -1) == labels).astype(jnp.float32)  # [B]
+  return {"loss_sum": jnp.sum(losses * weights), "correct_sum": jnp.sum(correct * weights),
+          "count": jnp.sum(weights)}
+
+
+def train_step(graphdef, state, batch: dict[str, jax.Array]):
+  """One AdamW step; pure, so `jax.jit` with `donate_argnums=0` can reuse the buffers.
+
+  Args:
+    graphdef: the train-mode graphdef of (model, optimizer) (bound with functools.partial).
+    state: the split state; the dropout RNG counter inside advances every step.
+    batch: "inputs" [B, L] or [B, 2, L], "lengths", "labels" [B], "example_mask" [B].
+
+  Returns:
+    (new state, {"loss_sum", "correct_sum", "count", "grad_norm", "param_norm"}).
+  """
+  model, optimizer = nnx.merge(graphdef, state)
+
+  def loss_fn(model):
+    logits = model(batch["inputs"], batch["lengths"])  # [B, C]
+    sums = _sums(logits, batch["labels"], batch["example_mask"])
+    return sums["loss_sum"] / jnp.maximum(sums["count"], 1.0), sums
+
+  grads, sums = nnx.grad(loss_fn, has_aux=True)(model)
+  optimizer.update(model, grads)
+  params = nnx.state(model, nnx.Param)
+  sums = {**sums, "grad_norm": optax.global_norm(grads), "param_norm": optax.global_norm(params)}
+  return nnx.state((model, optimizer)), sums
+
+
+def eval_step(graphdef, model_state, batch: dict[str, jax.Array], *, form: str):
+  """Summed loss/accuracy of the eval-mode model in `form` (padded rows masked out)."""
+  model = nnx.merge(graphdef, model_state)
+  logits = model(batch["inputs"], batch["lengths"], form=form)  # [B, C]
+  return _sums(logits, batch["labels"], batch["example_mask"])
+
+
+def jit_train_step(setup: TrainSetup):
+  """The jitted train step: state donated, replicated in and out; compiled once per shape."""
+  replicated = NamedSharding(setup.mesh, PartitionSpec())
+  return jax.jit(functools.partial(train_step, setup.train_graphdef), donate_argnums=0,
+                 out_shardings=(replicated, replicated))
+
+
+def jit_eval_step(setup: TrainSetup, form: str):
+  """The jitted eval step for one form of the model (the weights are not touched)."""
+  replicated = NamedSharding(setup.mesh, PartitionSpec())
+  return jax.jit(functools.partial(eval_step, setup.eval_graphdef, form=form),
+                 out_shardings=replicated)
+
+
+def shard_batch(batch: dict[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Array]:
+  """Puts a host batch on the mesh, split along the batch axis.
+
+  Every process holds the same global batch (the loaders are seeded identically), and
+  each device takes its rows, so this is also correct across hosts.
+  """
+  size = mesh.devices.size
+  out = {}
+  for key, value in batch.items():
+    if value.shape[0] % size:
+      raise ValueError(f"batch size {value.shape[0]} is not divisible by the {size} devices; "
+                       "set --config.batch_size (and eval_batch_size) to a multiple of it")
+    sharding = NamedSharding(mesh, PartitionSpec("data"))
+    out[key] = jax.make_array_from_callback(value.shape, sharding, lambda index, v=value: v[index])
+  return out
+
+
+def model_state(state):
+  """The model's part of the split (model, optimizer) state."""
+  return state[0]

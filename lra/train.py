@@ -1,0 +1,343 @@
+"""Training and evaluation of LION on an LRA task; the workdir is the unit of a run.
+
+    results = train_and_evaluate(config, workdir)   # resumes if workdir has a checkpoint
+    report = evaluate(config, workdir, form="rnn")   # best checkpoint, any form
+
+A run writes into `workdir`: `config.json`, `metrics.jsonl`, `tensorboard/`, `curves.png`,
+`checkpoints/` (latest), `best/` (best validation) and `results.json`. Resume order: an
+existing checkpoint in the workdir, else from scratch. Test accuracy is always measured
+at the best-validation checkpoint, never the last one (LRA issue #15).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import jax
+import tqdm
+from ml_collections import config_dict
+
+from lion_jax.config import ModelConfig
+from lra import checkpoint, metrics, optim, steps
+from lra.data.batching import make_loader
+from lra.data.errors import MissingDataError
+from lra.tasks import TaskInfo, load_task
+
+# Every top-level field a config must have (documented in configs/common.py).
+CONFIG_FIELDS = (
+    "task", "seed", "data_dir", "seq_len", "max_examples", "task_options", "generate",
+    "batch_size", "eval_batch_size", "num_epochs", "num_train_steps", "learning_rate",
+    "warmup_epochs", "weight_decay", "decay_learning_rate", "b1", "b2", "grad_clip_norm",
+    "param_groups", "log_every_steps", "eval_every_steps", "checkpoint_every_steps",
+    "max_checkpoints_to_keep", "eval_form", "model")
+RESULTS_FILE = "results.json"
+
+
+class NonFiniteError(FloatingPointError):
+  """Training produced a NaN or infinite loss or gradient (message names the step)."""
+
+
+# --- config ----------------------------------------------------------------------------
+
+def check_config(config: config_dict.ConfigDict) -> ModelConfig:
+  """Validates the experiment config and returns the model config built from it.
+
+  Raises:
+    ValueError: naming any unknown or missing field, and listing the valid ones.
+  """
+  _check_fields(set(config), CONFIG_FIELDS, "config")
+  model_fields = tuple(f.name for f in dataclasses.fields(ModelConfig))
+  _check_fields(set(config.model), model_fields, "config.model")
+  if config.batch_size <= 0 or config.log_every_steps <= 0:
+    raise ValueError("config.batch_size and config.log_every_steps must be positive")
+  optim.check_param_groups([tuple(e) for e in config.param_groups])
+  return ModelConfig(**config.model.to_dict())
+
+
+def _check_fields(present: set[str], valid: tuple[str, ...], where: str) -> None:
+  unknown, missing = sorted(present - set(valid)), sorted(set(valid) - present)
+  if unknown:
+    raise ValueError(f"unknown field(s) {', '.join(f'{where}.{k}' for k in unknown)}; "
+                     f"valid fields of {where}: {', '.join(sorted(valid))}")
+  if missing:
+    raise ValueError(f"{where} lacks field(s) {', '.join(missing)}; start from configs/<task>.py")
+
+
+def eval_form(config: config_dict.ConfigDict) -> str:
+  """The evaluation form: `config.eval_form`, or the training form when empty."""
+  return config.eval_form or config.model.form
+
+
+# --- data ------------------------------------------------------------------------------
+
+def _generate(task: str, data_dir: str, kwargs: dict[str, Any]) -> None:
+  """Runs the task's generator into `data_dir` (ListOps, Pathfinder, Path-X only)."""
+  if task == "listops":
+    from lra.data.generators import listops  # pylint: disable=import-outside-toplevel
+    listops.generate(data_dir, **kwargs)
+  elif task in ("pathfinder", "pathx"):
+    from lra.data.generators import pathfinder  # pylint: disable=import-outside-toplevel
+    pathfinder.generate(data_dir, resolution=32 if task == "pathfinder" else 128, **kwargs)
+  else:
+    raise ValueError(f"config.generate is set but task {task!r} has no generator")
+
+
+def load_data(config: config_dict.ConfigDict):
+  """Loads the task's splits, generating the data first when it is missing and
+  `config.generate` says how (runlocal and the demo).
+
+  Raises:
+    MissingDataError: naming the file to supply and where.
+  """
+  kwargs = dict(seq_len=config.seq_len or None, max_examples=config.max_examples or None,
+                **config.task_options.to_dict())
+  try:
+    return load_task(config.task, config.data_dir, **kwargs)
+  except MissingDataError:
+    if not config.generate:
+      raise
+  logging.info("%s data missing under %s: generating %s", config.task, config.data_dir,
+               config.generate.to_dict())
+  _generate(config.task, config.data_dir, config.generate.to_dict())
+  return load_task(config.task, config.data_dir, **kwargs)
+
+
+def _setup(config, info: TaskInfo, model_config: ModelConfig, total_steps: int,
+           steps_per_epoch: int) -> steps.TrainSetup:
+  tx = optim.make_optimizer(config, total_steps, steps_per_epoch)
+  return steps.create_train_setup(
+      model_config, num_classes=info.num_classes, vocab_size=info.vocab_size,
+      dual_input=info.dual_input, tx=tx, seed=config.seed, mesh=steps.make_mesh())
+
+
+def run_eval(eval_fn, model_state, split, batch_size: int, mesh, *, progress: bool = False,
+             desc: str = "eval") -> dict[str, float]:
+  """Sums of `eval_fn` over one pass of `split` (last batch padded and masked)."""
+  loader = make_loader(split, batch_size=batch_size, seed=0, shuffle=False,
+                       drop_remainder=False, num_epochs=1)
+  total = None
+  for batch in tqdm.tqdm(loader, desc=desc, total=len(loader), leave=False, disable=not progress):
+    sums = eval_fn(model_state, steps.shard_batch(batch, mesh))
+    total = sums if total is None else jax.tree.map(lambda a, b: a + b, total, sums)
+  return {k: float(v) for k, v in jax.device_get(total).items()}
+
+
+def _progress_default() -> bool:
+  return sys.stderr.isatty() and jax.process_index() == 0
+
+
+# --- training --------------------------------------------------------------------------
+
+def train_and_evaluate(config: config_dict.ConfigDict, workdir: str,
+                       progress: bool | None = None) -> dict[str, Any]:
+  """Trains (or resumes) the run in `workdir`, then tests the best checkpoint.
+
+  Args:
+    config: an experiment config (`configs/<task>.py`).
+    workdir: the run's folder; created if missing.
+    progress: show progress bars (default: when stderr is a terminal).
+
+  Returns:
+    The results dict also written to `workdir/results.json`.
+
+  Raises:
+    ValueError: bad config fields; MissingDataError: data not found;
+    NonFiniteError: NaN/inf loss or gradients (the last good checkpoint is kept).
+  """
+  progress = _progress_default() if progress is None else progress
+  model_config = check_config(config)
+  workdir = Path(workdir)
+  is_main = jax.process_index() == 0
+  if is_main:
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "config.json").write_text(config.to_json_best_effort(indent=2) + "\n")
+
+  splits, info = load_data(config)
+  batch_size = config.batch_size
+  steps_per_epoch = len(splits["train"]) // batch_size
+  if steps_per_epoch == 0:
+    raise ValueError(f"the train split has {len(splits['train'])} examples, fewer than "
+                     f"config.batch_size={batch_size}")
+  total_steps = config.num_train_steps or config.num_epochs * steps_per_epoch
+  eval_every = config.eval_every_steps or steps_per_epoch
+  ckpt_every = config.checkpoint_every_steps or eval_every
+  eval_batch_size = config.eval_batch_size or batch_size
+  form = eval_form(config)
+
+  setup = _setup(config, info, model_config, total_steps, steps_per_epoch)
+  mesh = setup.mesh
+  train_fn = steps.jit_train_step(setup)
+  eval_fn = steps.jit_eval_step(setup, form)
+  ckpt = checkpoint.Checkpointer(workdir, config.max_checkpoints_to_keep)
+  train_iter = make_loader(splits["train"], batch_size=batch_size, seed=config.seed,
+                           shuffle=True, drop_remainder=True)
+
+  state = setup.state
+  meta = {"step": 0, "best_val_accuracy": -1.0, "best_step": 0, "train_sums": {}}
+  if ckpt.latest_step() is not None:
+    state, meta = ckpt.restore(ckpt.latest_step(), state)
+    train_iter.set_state(meta["data_iterator"])
+    logging.info("resumed from step %d of %d in %s", meta["step"], total_steps, workdir)
+  start = meta["step"]
+  writer = metrics.MetricWriter(workdir, resume_step=start, enabled=is_main)
+  logging.info("%s: %d params, %d train examples, %d steps (%d per epoch), devices %s",
+               config.task, setup.num_params, len(splits["train"]), total_steps,
+               steps_per_epoch, jax.devices())
+
+  pending: list[tuple[int, dict]] = []  # per-step device metrics not yet checked
+  train_sums: dict[str, float] = dict(meta["train_sums"])
+  bar = tqdm.tqdm(total=total_steps, initial=start, unit="step", disable=not progress,
+                  dynamic_ncols=True)
+  timed_steps, train_seconds, tic = 0, 0.0, None
+
+  def flush(step: int) -> None:
+    """Fetches pending step metrics, stops on a non-finite value, adds them to the sums."""
+    for s, values in jax.device_get(pending):
+      if not (math.isfinite(values["loss_sum"]) and math.isfinite(values["grad_norm"])):
+        last = ckpt.latest_step()
+        raise NonFiniteError(
+            f"non-finite training loss or gradient at step {s} (loss_sum={values['loss_sum']}, "
+            f"grad_norm={values['grad_norm']}); stopped. The last good checkpoint "
+            f"(step {last}) is kept in {workdir / checkpoint.LATEST_DIR}. Try a lower "
+            "--config.learning_rate or --config.grad_clip_norm=1.0.")
+      for key, value in values.items():
+        train_sums[key] = train_sums.get(key, 0.0) + float(value)
+      train_sums["steps"] = train_sums.get("steps", 0.0) + 1.0
+    pending.clear()
+
+  try:
+    for step in range(start + 1, total_steps + 1):
+      batch = steps.shard_batch(next(train_iter), mesh)
+      state, step_metrics = train_fn(state, batch)
+      pending.append((step, step_metrics))
+      bar.update(1)
+      if tic is None:  # the first step compiles; time the rest
+        jax.block_until_ready(state)
+        tic = time.perf_counter()
+      else:
+        timed_steps += 1
+      is_log, is_eval = step % config.log_every_steps == 0, step % eval_every == 0
+      is_ckpt, is_last = step % ckpt_every == 0, step == total_steps
+      if not (is_log or is_eval or is_ckpt or is_last):
+        continue
+      flush(step)
+      train_seconds += time.perf_counter() - tic
+      if is_log or is_last:
+        _log_train(writer, bar, step, train_sums, setup, config, total_steps, steps_per_epoch)
+        train_sums = {}
+      if is_eval or is_last:
+        val = metrics.averages(
+            run_eval(eval_fn, steps.model_state(state), splits["val"], eval_batch_size, mesh,
+                     progress=progress, desc="val"), "eval_")
+        writer.write(step, val)
+        logging.info("step %d: %s", step, _fmt(val))
+        if val["eval_accuracy"] > meta["best_val_accuracy"]:
+          meta.update(best_val_accuracy=val["eval_accuracy"], best_step=step)
+          ckpt.save(step, state, _meta(meta, step, train_iter, train_sums), best=True)
+      if is_ckpt or is_last:
+        ckpt.save(step, state, _meta(meta, step, train_iter, train_sums))
+      tic = time.perf_counter()
+  finally:
+    bar.close()
+    writer.close()
+
+  results = _test_best(config, workdir, ckpt, setup, splits, eval_fn, eval_batch_size, progress)
+  ckpt.close()
+  results.update(
+      num_params=setup.num_params, total_steps=total_steps, task=config.task, eval_form=form,
+      train_examples_per_sec=(timed_steps * batch_size / train_seconds) if train_seconds else None,
+      compiles={"train_step": train_fn._cache_size(), "eval_step": eval_fn._cache_size()})
+  if is_main:
+    (workdir / RESULTS_FILE).write_text(json.dumps(results, indent=2) + "\n")
+    metrics.plot_curves(workdir)
+  return results
+
+
+def _meta(meta: dict, step: int, train_iter, train_sums: dict) -> dict:
+  return {**meta, "step": step, "data_iterator": train_iter.get_state(),
+          "train_sums": dict(train_sums)}
+
+
+def _log_train(writer, bar, step, train_sums, setup, config, total_steps, steps_per_epoch):
+  n = max(train_sums.pop("steps", 1.0), 1.0)
+  # Norms are averaged over the steps of the interval; loss/accuracy over the examples.
+  values = metrics.averages({k: (v / n if k.endswith("norm") else v)
+                             for k, v in train_sums.items()}, "train_")
+  values["epoch"] = step / steps_per_epoch
+  writer.write(step, values)
+  bar.set_postfix(loss=f"{values['train_loss']:.4f}", acc=f"{values['train_accuracy']:.3f}")
+  if not bar.disable:
+    return
+  logging.info("step %d/%d: %s", step, total_steps, _fmt(values))
+
+
+def _fmt(values: dict) -> str:
+  return ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in values.items())
+
+
+def _test_best(config, workdir, ckpt, setup, splits, eval_fn, eval_batch_size, progress) -> dict:
+  """Restores the best-validation checkpoint and evaluates val and test there."""
+  best = ckpt.best_step()
+  state, meta = ckpt.restore(best, setup.state, best=True)
+  test = metrics.averages(run_eval(eval_fn, steps.model_state(state), splits["test"],
+                                   eval_batch_size, setup.mesh, progress=progress, desc="test"),
+                          "test_")
+  return {"best_val_accuracy": meta["best_val_accuracy"], "best_step": best,
+          "test_accuracy": test["test_accuracy"], "test_loss": test["test_loss"],
+          "test_examples": test["test_examples"]}
+
+
+# --- evaluation of a finished (or running) workdir -------------------------------------
+
+def evaluate(config: config_dict.ConfigDict, workdir: str, *, split: str = "test",
+             progress: bool | None = None) -> dict[str, Any]:
+  """Evaluates the best checkpoint of `workdir` on `split` in `eval_form(config)`.
+
+  Args:
+    config: the run's config (`workdir/config.json`, possibly with `eval_form` changed).
+    workdir: a run folder with a `best/` checkpoint.
+    split: "test" or "val".
+    progress: show a progress bar (default: when stderr is a terminal).
+
+  Returns:
+    {"accuracy", "loss", "examples", "form", "step", "seconds", "examples_per_sec",
+     "peak_memory_bytes" (XLA's temp + argument + output bytes of the eval step),
+     "device_peak_bytes" (the allocator's peak, where the backend reports one)}.
+  """
+  progress = _progress_default() if progress is None else progress
+  model_config = check_config(config)
+  ckpt = checkpoint.Checkpointer(workdir, config.max_checkpoints_to_keep)
+  best = ckpt.best_step()
+  if best is None:
+    raise FileNotFoundError(f"no best checkpoint in {Path(workdir) / checkpoint.BEST_DIR}; "
+                            f"train first with run.py --config ... --workdir {workdir}")
+  splits, info = load_data(config)
+  setup = _setup(config, info, model_config, 1, 1)
+  state, _ = ckpt.restore(best, setup.state, best=True)
+  ckpt.close()
+  form = eval_form(config)
+  eval_fn = steps.jit_eval_step(setup, form)
+  batch_size = config.eval_batch_size or config.batch_size
+  first = next(iter(make_loader(splits[split], batch_size=batch_size, seed=0, shuffle=False,
+                                drop_remainder=False, num_epochs=1)))
+  compiled = eval_fn.lower(steps.model_state(state), steps.shard_batch(first, setup.mesh)).compile()
+  memory = compiled.memory_analysis()
+  peak = None if memory is None else int(memory.temp_size_in_bytes + memory.argument_size_in_bytes
+                                         + memory.output_size_in_bytes)
+  tic = time.perf_counter()
+  sums = run_eval(compiled, steps.model_state(state), splits[split], batch_size, setup.mesh,
+                  progress=progress, desc=split)
+  seconds = time.perf_counter() - tic
+  stats = jax.devices()[0].memory_stats() or {}
+  values = metrics.averages(sums, "")
+  return {"accuracy": values["accuracy"], "loss": values["loss"], "examples": values["examples"],
+          "split": split, "form": form, "step": best, "seconds": seconds,
+          "examples_per_sec": values["examples"] / seconds, "peak_memory_bytes": peak,
+          "device_peak_bytes": stats.get("peak_bytes_in_use")}

@@ -1,0 +1,70 @@
+r"""Trains or evaluates LION on a Long Range Arena task.
+
+    python run.py --config configs/listops.py:lion_s[,runlocal] --workdir runs/listops \
+        [--config.seed=1 --config.model.form=chunk_scan ...]
+    python run.py --mode eval --workdir runs/listops [--config.eval_form=rnn]
+
+Rerunning a train command resumes from the workdir's latest checkpoint. In eval mode the
+config defaults to the run's own `config.json` (`configs/workdir.py`). Multi-host runs call
+`jax.distributed.initialize()` when a cluster environment is set. The work happens in
+`lra.train`; this file only parses flags.
+"""
+
+import json
+import os
+import sys
+from pathlib import Path
+
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("workdir", None, "Run folder: checkpoints, metrics, results.", required=True)
+flags.DEFINE_enum("mode", "train", ["train", "eval"], "train (or resume), or evaluate the best checkpoint.")
+flags.DEFINE_enum("split", "test", ["test", "val"], "Split evaluated in eval mode.")
+config_flags.DEFINE_config_file("config", None, "configs/<task>.py:<variant>[,runlocal]", lock_config=True)
+
+# Cluster environments under which jax.distributed.initialize() finds its peers itself.
+_CLUSTER_ENV = ("JAX_COORDINATOR_ADDRESS", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS", "TPU_WORKER_HOSTNAMES")
+
+
+def _default_eval_config(argv: list[str]) -> list[str]:
+  """In eval mode without --config, reads the config from the workdir (configs/workdir.py)."""
+  has = lambda name: any(a == f"--{name}" or a.startswith(f"--{name}=") for a in argv)
+  value = lambda name: next((argv[i + 1] if a == f"--{name}" else a.split("=", 1)[1])
+                            for i, a in enumerate(argv) if a == f"--{name}" or a.startswith(f"--{name}="))
+  if has("mode") and value("mode") == "eval" and not has("config") and has("workdir"):
+    workdir_config = Path(__file__).resolve().parent / "configs" / "workdir.py"
+    return [argv[0], f"--config={workdir_config}:{value('workdir')}", *argv[1:]]
+  return argv
+
+
+def _maybe_initialize_distributed() -> None:
+  import jax  # pylint: disable=import-outside-toplevel
+  if any(os.environ.get(name) for name in _CLUSTER_ENV) and int(os.environ.get("SLURM_NTASKS", "2")) > 1:
+    jax.distributed.initialize()
+  logging.info("process %d of %d, devices: %s", jax.process_index(), jax.process_count(), jax.devices())
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  if FLAGS.config is None:
+    raise app.UsageError("--config configs/<task>.py:<variant> is required to train")
+  _maybe_initialize_distributed()
+  from lra import train  # pylint: disable=import-outside-toplevel  (after the flags: imports jax)
+  if FLAGS.mode == "train":
+    results = train.train_and_evaluate(FLAGS.config, FLAGS.workdir)
+    print(json.dumps(results, indent=2))
+    return
+  report = train.evaluate(FLAGS.config, FLAGS.workdir, split=FLAGS.split)
+  peak = report["device_peak_bytes"] or report["peak_memory_bytes"]
+  print(f"{FLAGS.workdir}: step {report['step']} ({report['form']} form), {report['split']} "
+        f"accuracy {100 * report['accuracy']:.2f}% on {report['examples']} examples, "
+        f"{report['seconds']:.1f} s ({report['examples_per_sec']:.1f} examples/s), "
+        f"peak memory {peak / 2**20:.1f} MiB")
+
+
+if __name__ == "__main__":
+  sys.argv = _default_eval_config(sys.argv)
+  app.run(main)
