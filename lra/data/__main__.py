@@ -1,0 +1,155 @@
+"""Command line for the LRA data generators (no jax needed).
+
+  python -m lra.data generate listops --out DIR [--num-train 96000 --num-val 2000
+      --num-test 2000 --min-length 500 --max-length 2000 --seed 0 --workers N]
+  python -m lra.data generate pathfinder --resolution {32,64,128,256}
+      --difficulty {easy,intermediate,hard} --num N --out DIR [--seed 0 --workers N]
+  python -m lra.data grid --out docs/pathfinder_grid.png [--resolutions 32 128 --per-row 8]
+
+`grid` renders fresh images (or tiles existing ones with `--source`, e.g. a release
+folder, to compare) into one PNG: one block of rows per resolution, each image framed in
+green (label 1, markers on the same curve) or red (label 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import sys
+import time
+
+import numpy as np
+from PIL import Image
+
+from lra.data.generators import listops, pathfinder
+
+_GREEN, _RED = (40, 200, 60), (220, 50, 40)
+
+
+def _listops(args: argparse.Namespace) -> None:
+  start = time.time()
+  folder = listops.generate(args.out, num_train=args.num_train, num_val=args.num_val,
+                            num_test=args.num_test, min_length=args.min_length,
+                            max_length=args.max_length, seed=args.seed, workers=args.workers)
+  total = args.num_train + args.num_val + args.num_test
+  elapsed = time.time() - start
+  print(f"wrote {total} examples to {folder} in {elapsed:.1f}s ({total / elapsed:.0f}/s)")
+
+
+def _pathfinder(args: argparse.Namespace) -> None:
+  from tqdm import tqdm  # only the CLI shows progress
+
+  start = time.time()
+  with tqdm(total=args.num, unit="img", disable=args.quiet) as bar:
+    folder = pathfinder.generate(
+        args.out, resolution=args.resolution, difficulty=args.difficulty, num=args.num,
+        seed=args.seed, workers=args.workers, images_per_batch=args.images_per_batch,
+        num_distractors=args.num_distractors, progress=bar.update)
+  elapsed = time.time() - start
+  print(f"wrote {args.num} images to {folder} in {elapsed:.1f}s "
+        f"({args.num / elapsed:.1f} images/s, workers={args.workers})")
+
+
+def _read_source(folder: pathlib.Path, num: int) -> list[tuple[np.ndarray, int]]:
+  """The first `num` images and labels listed in a difficulty folder's metadata."""
+  out = []
+  for meta in sorted((folder / "metadata").glob("*.npy"), key=lambda f: int(f.stem)):
+    for line in meta.read_text().splitlines():
+      fields = line.split()
+      out.append((np.asarray(Image.open(folder / fields[0] / fields[1]).convert("L")),
+                  int(fields[3])))
+      if len(out) == num:
+        return out
+  return out
+
+
+def _tile(images: list[tuple[np.ndarray, int]], per_row: int, cell: int) -> np.ndarray:
+  """Upscales (nearest) each image to `cell` px, frames it by label, tiles into rows."""
+  border = 3
+  side = cell + 2 * border
+  rows = -(-len(images) // per_row)
+  sheet = np.zeros((rows * side, per_row * side, 3), np.uint8)
+  for k, (image, label) in enumerate(images):
+    scale = cell // image.shape[0]
+    big = np.kron(image, np.ones((scale, scale), np.uint8))
+    y, x = (k // per_row) * side, (k % per_row) * side
+    sheet[y:y + side, x:x + side] = _GREEN if label else _RED
+    sheet[y + border:y + border + cell, x + border:x + border + cell] = big[..., None]
+  return sheet
+
+
+def _grid(args: argparse.Namespace) -> None:
+  blocks = []
+  for res in args.resolutions:
+    num = args.per_row * args.rows
+    if args.source:
+      images = _read_source(pathlib.Path(args.source), num)
+    else:
+      p = pathfinder.params_for(res, args.difficulty)
+      rng = pathfinder.batch_rng(args.seed, p, 0)
+      images = [(s.image, s.label) for s in pathfinder.samples(p, num, rng)]
+    blocks.append(_tile(images, args.per_row, args.cell))
+  gap = np.full((8, blocks[0].shape[1], 3), 255, np.uint8)
+  sheet = np.concatenate([x for b in blocks for x in (b, gap)][:-1])
+  out = pathlib.Path(args.out)
+  out.parent.mkdir(parents=True, exist_ok=True)
+  Image.fromarray(sheet).save(out, optimize=True)
+  print(f"wrote {out} ({out.stat().st_size / 1024:.0f} KB)")
+
+
+def _parser() -> argparse.ArgumentParser:
+  parser = argparse.ArgumentParser(prog="python -m lra.data", description=__doc__.split("\n")[0])
+  sub = parser.add_subparsers(dest="command", required=True)
+  gen = sub.add_parser("generate", help="write a generated dataset in the release layout")
+  tasks = gen.add_subparsers(dest="task", required=True)
+  workers = min(os.cpu_count() or 1, 8)
+
+  lo = tasks.add_parser("listops", help="ListOps TSVs (listops-1000/basic_*.tsv)")
+  lo.add_argument("--out", required=True, help="parent folder of listops-1000/")
+  lo.add_argument("--num-train", type=int, default=96000)
+  lo.add_argument("--num-val", type=int, default=2000)
+  lo.add_argument("--num-test", type=int, default=2000)
+  lo.add_argument("--min-length", type=int, default=500, help="exclusive lower bound")
+  lo.add_argument("--max-length", type=int, default=2000, help="exclusive upper bound")
+  lo.add_argument("--seed", type=int, default=0)
+  lo.add_argument("--workers", type=int, default=workers)
+  lo.set_defaults(run=_listops)
+
+  pf = tasks.add_parser("pathfinder", help="Pathfinder / Path-X PNGs and metadata")
+  pf.add_argument("--out", required=True, help="parent folder of pathfinder<res>/")
+  pf.add_argument("--resolution", type=int, choices=sorted(pathfinder.RESOLUTIONS), default=32)
+  pf.add_argument("--difficulty", choices=list(pathfinder.DIFFICULTIES), default="hard")
+  pf.add_argument("--num", type=int, default=200000)
+  pf.add_argument("--seed", type=int, default=0)
+  pf.add_argument("--workers", type=int, default=workers)
+  pf.add_argument("--images-per-batch", type=int, default=None,
+                  help=f"images per imgs/<batch>/ (default {pathfinder.DEFAULT_IMAGES_PER_BATCH})")
+  pf.add_argument("--num-distractors", type=int, default=None,
+                  help="distractor snakes per image (default: budget // distractor length)")
+  pf.add_argument("--quiet", action="store_true", help="no progress bar")
+  pf.set_defaults(run=_pathfinder)
+
+  grid = sub.add_parser("grid", help="PNG grid of Pathfinder images, framed by label")
+  grid.add_argument("--out", required=True, help="PNG file to write")
+  grid.add_argument("--resolutions", type=int, nargs="+", default=[32, 128],
+                    choices=sorted(pathfinder.RESOLUTIONS))
+  grid.add_argument("--difficulty", choices=list(pathfinder.DIFFICULTIES), default="hard")
+  grid.add_argument("--per-row", type=int, default=8)
+  grid.add_argument("--rows", type=int, default=2, help="rows per resolution")
+  grid.add_argument("--cell", type=int, default=128, help="cell size in px (nearest upscale)")
+  grid.add_argument("--seed", type=int, default=0)
+  grid.add_argument("--source", default=None,
+                    help="tile images from this difficulty folder instead of rendering "
+                         "(use with one --resolutions value)")
+  grid.set_defaults(run=_grid)
+  return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+  args = _parser().parse_args(argv)
+  args.run(args)
+
+
+if __name__ == "__main__":
+  sys.exit(main())
