@@ -435,6 +435,9 @@ def test_pathfinder_missing_prints_the_generate_command(tmp_path):
   assert (f"python -m lra.data generate pathfinder --resolution 128 --difficulty intermediate "
           f"--num 200000 --out {tmp_path}") in str(err.value)
   assert "pathfinder128/curv_contour_length_9" in str(err.value)
+  (tmp_path / "pathfinder128/curv_contour_length_14/imgs").mkdir(parents=True)  # half copied
+  with pytest.raises(MissingDataError, match=r"Incomplete: .*pathfinder128/curv_contour_length_14/ lacks metadata"):
+    load_task("pathx", tmp_path)
 
 
 # --------------------------------------------------------------------------- TFDS array_record input

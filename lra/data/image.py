@@ -73,7 +73,7 @@ def locate(data_dir: str | os.PathLike, source: str = "auto") -> tuple[str, Path
       if path.exists():
         return "tfds", path
   raise layout.missing(
-      root, sorted({p.parent for p in tried}), sorted({p.name for p in tried}), what="CIFAR-10",
+      root, tried, what="CIFAR-10",
       fix=(f"download cifar-10-binary.tar.gz (or cifar-10-python.tar.gz) from {_URL} and put it "
            f"in {root / 'cifar10'}/ (extracting it there is optional)."))
 
@@ -117,7 +117,7 @@ def _read_raw(fmt: str, path: Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
   if path.is_dir():
     for name in train_names + test_names:
       if not (path / name).is_file():
-        raise layout.missing(path, [path], [name], what=f"CIFAR-10 batch {name}",
+        raise layout.missing(path, [path / name], what=f"CIFAR-10 batch {name}",
                              fix=f"re-extract {_ARCHIVES[fmt]} (from {_URL}) into {path.parent}/.")
       blobs[name] = ((path / name).read_bytes(), str(path / name))
   else:

@@ -55,21 +55,36 @@ def find_dir(root: str | os.PathLike, candidates: Sequence[Path],
   """Returns the first candidate folder that contains every `required` entry.
 
   Raises:
-    MissingDataError: naming the root, every folder tried and the fix.
+    MissingDataError: naming the root, every folder tried, any incomplete one and the fix.
   """
   for cand in candidates:
     if all((cand / r).exists() for r in required):
       return cand
-  raise missing(root, candidates, required, what=what, fix=fix)
+  # Point at half-copied folders, the most likely mistake.
+  notes = []
+  for cand in candidates:
+    absent = [r for r in required if not (cand / r).exists()]
+    if len(absent) < len(required):
+      notes.append(f"Incomplete: {cand}/ lacks {', '.join(absent)}")
+  raise missing(root, candidates, what=what, fix=fix, expected=", ".join(required), notes=notes)
 
 
-def missing(root: str | os.PathLike, candidates: Sequence[Path],
-            required: Sequence[str], *, what: str, fix: str) -> MissingDataError:
-  """Builds the error for data that is not where any accepted layout puts it."""
+def missing(root: str | os.PathLike, looked_in: Sequence[Path], *, what: str, fix: str,
+            expected: str | None = None, notes: Sequence[str] = ()) -> MissingDataError:
+  """Builds the error for data that is not where any accepted layout puts it.
+
+  Args:
+    root: the data root.
+    looked_in: folders searched for `expected`, or (expected=None) the exact paths tried.
+    what: the missing data, for the first line.
+    fix: what to download or run, and where to put it.
+    expected: the file names every folder was searched for.
+    notes: extra lines (e.g. incomplete folders).
+  """
   root = Path(root)
   state = "" if root.is_dir() else " (this folder does not exist)"
-  tried = "\n".join(f"  {c}/" for c in candidates)
-  return MissingDataError(
-      f"{what} not found under data root {root}{state}.\n"
-      f"Expected {', '.join(required)} in one of:\n{tried}\n"
-      f"To fix: {fix}")
+  header = f"Looked for {expected} in:" if expected else "Looked for:"
+  suffix = "/" if expected else ""
+  lines = [f"{what} not found under data root {root}{state}.", header]
+  lines += [f"  {p}{suffix}" for p in looked_in] + list(notes) + [f"To fix: {fix}"]
+  return MissingDataError("\n".join(lines))

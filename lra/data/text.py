@@ -63,7 +63,7 @@ def locate(data_dir: str | os.PathLike, source: str = "auto") -> tuple[str, Path
         return kind, path
   tried = [p for k in kinds for p in places[k]]
   raise layout.missing(
-      root, [p.parent for p in tried], sorted({p.name for p in tried}), what="IMDB reviews",
+      root, tried, what="IMDB reviews",
       fix=(f"download {ARCHIVE} ({URL}) and put it at {root / 'imdb' / ARCHIVE} "
            f"(or extract it there, giving {root / 'imdb' / 'aclImdb'}/)."))
 
