@@ -318,7 +318,7 @@ def test_cifar_lra_split_and_gray_pixels(tmp_path, fmt, archive):
   last_data, last_labels = cifar_batch(4, 4)  # data_batch_5
   np.testing.assert_array_equal(splits["val"].labels, last_labels[2:])
   np.testing.assert_array_equal(splits["val"].inputs, image.rgb_to_gray(last_data[2:].reshape(2, 3, 1024)))
-  test_data, test_labels = cifar_batch(5, 4)
+  _, test_labels = cifar_batch(5, 4)
   np.testing.assert_array_equal(splits["test"].labels, test_labels)
 
 
@@ -495,6 +495,44 @@ def test_image_from_a_prepared_tfds_folder(tmp_path):
   assert [len(splits[s]) for s in ("train", "val", "test")] == [18, 2, 4]
   np.testing.assert_array_equal(splits["test"].inputs[:, :len(KNOWN_GRAY)],
                                 np.tile([g for _, g in KNOWN_GRAY], (4, 1)))
+
+
+# --------------------------------------------------------------------------- generator round trips
+
+
+def evaluate(ids: np.ndarray) -> int:
+  """Evaluates a ListOps token-id sequence (prefix operators closed by `]`)."""
+  ops = {"[MIN": min, "[MAX": max, "[MED": lambda a: int(np.median(a)), "[SM": lambda a: sum(a) % 10}
+  stack = [[]]
+  for token in (listops.VOCAB[i] for i in ids):
+    if token in ops:
+      stack.append([token])
+    elif token == "]":
+      op, *args = stack.pop()
+      stack[-1].append(ops[op](args))
+    else:
+      stack[-1].append(int(token))
+  return stack[0][0]
+
+
+def test_generated_listops_loads_and_labels_match_the_tokens(tmp_path):
+  from lra.data.generators import listops as generator  # pylint: disable=g-import-not-at-top
+
+  generator.generate(tmp_path, num_train=16, num_val=4, num_test=4, min_length=5, max_length=60, seed=0)
+  splits, _ = load_task("listops", tmp_path, seq_len=64)
+  assert [len(splits[s]) for s in ("train", "val", "test")] == [16, 4, 4]
+  for split in splits.values():
+    for ids, n, label in zip(split.inputs, split.lengths, split.labels):
+      assert evaluate(ids[:n]) == label and not ids[n:].any()
+
+
+def test_generated_pathfinder_loads(tmp_path):
+  from lra.data.generators import pathfinder as generator  # pylint: disable=g-import-not-at-top
+
+  generator.generate(tmp_path, resolution=32, difficulty="hard", num=10, seed=0)
+  splits, _ = load_task("pathfinder", tmp_path)
+  assert [len(splits[s]) for s in ("train", "val", "test")] == [8, 1, 1]
+  assert splits["train"].inputs.max() == 255 and set(splits["train"].labels) <= {0, 1}
 
 
 # --------------------------------------------------------------------------- cache and max_examples

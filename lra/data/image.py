@@ -11,7 +11,8 @@ Grayscale uses TensorFlow's `rgb_to_grayscale` arithmetic (LRA parity; PIL's
 other codebases use.
 
 Validation follows LRA (`val_split="lra"`): the last 10% (5,000) of the training
-images in file order. `val_split="random"` holds out a random 10% (seed 42, S4/S5-style).
+images in file order (for TFDS input that is TFDS's record order, exactly LRA's
+`train[90%:]`; for the raw batches it is the end of data_batch_5). `val_split="random"` holds out a random 10% (seed 42, S4/S5-style).
 """
 
 from __future__ import annotations
@@ -200,6 +201,8 @@ def decode(found: tuple[str, Path], *, seq_len: int, max_examples: int | None,
   """Reads CIFAR-10 and builds train/val/test Splits of [N, 1024] uint8 gray pixels."""
   if val_split not in VAL_SPLITS:
     raise ValueError(f"image val_split must be one of {VAL_SPLITS}, got {val_split!r}")
+  if grayscale not in GRAYSCALES:
+    raise ValueError(f"image grayscale must be one of {GRAYSCALES}, got {grayscale!r}")
   if seq_len != SEQ_LEN:
     raise ValueError(f"image seq_len is fixed at {SEQ_LEN} (32x32 pixels), got {seq_len}")
   fmt, path = found
@@ -212,5 +215,8 @@ def decode(found: tuple[str, Path], *, seq_len: int, max_examples: int | None,
   index = {"train": order[:len(order) - n_val], "val": order[len(order) - n_val:]}
   splits = {s: (train_x[i], train_y[i]) for s, i in index.items()}
   splits["test"] = gray["test"]
-  return {s: Split(x[:max_examples], np.full(len(x[:max_examples]), SEQ_LEN, np.int32), y[:max_examples])
-          for s, (x, y) in splits.items()}
+  out = {}
+  for name, (x, y) in splits.items():
+    x, y = x[:max_examples], y[:max_examples]
+    out[name] = Split(x, np.full(len(x), SEQ_LEN, np.int32), y)
+  return out

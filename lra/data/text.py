@@ -16,6 +16,7 @@ import os
 import re
 import tarfile
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -37,6 +38,13 @@ HOLDOUT_FRACTION = 0.1
 ORDER_SEED = 0
 
 _LABELS = {"neg": 0, "pos": 1}
+
+
+class _Review(NamedTuple):
+  split: str  # "train" | "test"
+  label: int  # neg 0, pos 1
+  key: int  # review id from the file name (TFDS: record index), for a stable order
+  text: bytes  # stripped UTF-8 bytes
 _MEMBER = re.compile(r"^(?:\./)?aclImdb/(train|test)/(neg|pos)/(\d+)_\d+\.txt$")
 
 
@@ -68,16 +76,16 @@ def locate(data_dir: str | os.PathLike, source: str = "auto") -> tuple[str, Path
            f"(or extract it there, giving {root / 'imdb' / 'aclImdb'}/)."))
 
 
-def _read_folder(folder: Path) -> list[tuple[str, int, int, bytes]]:
+def _read_folder(folder: Path) -> list[_Review]:
   rows = []
   for path in folder.glob("*/*/*.txt"):
     m = _MEMBER.match("aclImdb/" + path.relative_to(folder).as_posix())
     if m:
-      rows.append((m[1], _LABELS[m[2]], int(m[3]), path.read_bytes().strip()))
+      rows.append(_Review(m[1], _LABELS[m[2]], int(m[3]), path.read_bytes().strip()))
   return rows
 
 
-def _read_archive(path: Path) -> list[tuple[str, int, int, bytes]]:
+def _read_archive(path: Path) -> list[_Review]:
   rows = []
   try:
     # Streaming mode ("r|gz") reads the 84 MB archive once, front to back.
@@ -85,29 +93,28 @@ def _read_archive(path: Path) -> list[tuple[str, int, int, bytes]]:
       for member in tar:
         m = _MEMBER.match(member.name)
         if m and member.isfile():
-          rows.append((m[1], _LABELS[m[2]], int(m[3]), tar.extractfile(member).read().strip()))
+          rows.append(_Review(m[1], _LABELS[m[2]], int(m[3]), tar.extractfile(member).read().strip()))
   except (tarfile.TarError, OSError, EOFError) as e:
     raise MalformedDataError(
         f"{path}: not a readable .tar.gz ({e}); download {ARCHIVE} again from {URL}.") from e
   return rows
 
 
-def _read_tfds(version_dir: Path) -> list[tuple[str, int, int, bytes]]:
+def _read_tfds(version_dir: Path) -> list[_Review]:
   rows = []
   for split in ("train", "test"):
     for i, record in enumerate(tfds_source.read_records(version_dir, split)):
       text = record["text"]
       text = text.encode("utf-8") if isinstance(text, str) else bytes(text)
-      rows.append((split, int(record["label"]), i, text))
+      rows.append(_Review(split, int(record["label"]), i, text))
   return rows
 
 
-def _to_split(rows: list[tuple[str, int, int, bytes]], seq_len: int) -> Split:
-  rows = sorted(rows, key=lambda r: (r[1], r[2]))
-  order = np.random.default_rng(ORDER_SEED).permutation(len(rows))
-  rows = [rows[i] for i in order]
-  inputs, lengths = pack([byte_ids(r[3]) for r in rows], seq_len, np.int16)
-  return Split(inputs, lengths, np.asarray([r[1] for r in rows], np.int32))
+def _to_split(rows: list[_Review], seq_len: int) -> Split:
+  rows = sorted(rows, key=lambda r: (r.label, r.key))
+  rows = [rows[i] for i in np.random.default_rng(ORDER_SEED).permutation(len(rows))]
+  inputs, lengths = pack([byte_ids(r.text) for r in rows], seq_len, np.int16)
+  return Split(inputs, lengths, np.asarray([r.label for r in rows], np.int32))
 
 
 def decode(found: tuple[str, Path], *, seq_len: int, max_examples: int | None,
@@ -127,7 +134,7 @@ def decode(found: tuple[str, Path], *, seq_len: int, max_examples: int | None,
   rows = {"folder": _read_folder, "archive": _read_archive, "tfds": _read_tfds}[kind](path)
   splits = {}
   for name in ("train", "test"):
-    chosen = [r for r in rows if r[0] == name]
+    chosen = [r for r in rows if r.split == name]
     if not chosen:
       raise MalformedDataError(
           f"{path}: no reviews for split {name!r} (expected aclImdb/{name}/{{pos,neg}}/<id>_<rating>.txt); "
