@@ -43,14 +43,16 @@ def _evaluate(item) -> int:
     spine = spine[0]
   args.reverse()
   assert len(args) >= 1
-  if spine == "[MIN":
-    return min(args)
-  if spine == "[MAX":
-    return max(args)
-  if spine == "[SM":
-    return sum(args) % 10
-  assert spine == "[MED", spine
-  return int(np.median(args))
+  return _REFERENCE_OPS[spine](args)
+
+
+# LRA's own definitions (numpy median for MED), not the generator's integer arithmetic.
+_REFERENCE_OPS = {
+    "[MIN": min,
+    "[MAX": max,
+    "[MED": lambda args: int(np.median(args)),
+    "[SM": lambda args: sum(args) % 10,
+}
 
 
 def _check_source(source: str) -> tuple[int, int]:
