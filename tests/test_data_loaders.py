@@ -561,6 +561,13 @@ def test_cache_is_compact_memory_mapped_and_reused(tmp_path, monkeypatch):
     load_task("listops", tmp_path, seq_len=12)
 
 
+def test_an_unwritable_cache_only_costs_a_warning(tmp_path, caplog):
+  write_listops(tmp_path / "listops")
+  (tmp_path / "not_a_dir").write_text("")
+  splits, _ = load_task("listops", tmp_path, cache_dir=tmp_path / "not_a_dir" / "cache")
+  assert len(splits["train"]) == 3 and "could not write cache" in caplog.text
+
+
 def test_text_cache_stores_the_shared_val_test_split_once(tmp_path):
   write_imdb_folder(tmp_path / "imdb")
   load_task("text", tmp_path, seq_len=8, cache_dir=tmp_path / "c")
