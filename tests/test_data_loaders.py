@@ -304,6 +304,15 @@ def test_grayscale_matches_tf_and_pil_formulas():
   assert image.rgb_to_gray(planes, "pil")[0, 1] == 150  # PIL rounds pure green up
 
 
+def test_pixel_normalisations():
+  x = np.asarray([0, 255])
+  np.testing.assert_allclose(image.normalize(x, "unit"), [0, 1])
+  np.testing.assert_allclose(image.normalize(x, "symmetric"), [-1, 1])
+  np.testing.assert_allclose(image.normalize(np.asarray([122.6]), "cifar"), [0], atol=1e-12)
+  with pytest.raises(ValueError, match="unknown pixel normalisation"):
+    image.normalize(x, "imagenet")
+
+
 @pytest.mark.parametrize("fmt", ["binary", "python"])
 @pytest.mark.parametrize("archive", [False, True])
 def test_cifar_lra_split_and_gray_pixels(tmp_path, fmt, archive):
