@@ -110,6 +110,8 @@ class Geometry:
     for a in range(len(angles)):
       idx = np.flatnonzero(keep[a])
       self.sel[a, :len(idx)], self.turn[a, :len(idx)] = idx, turn[a, idx]
+    # [A, S, K] offsets from the pivot of the disk around every selected candidate.
+    self.cand_disk = self.cand_flat[self.sel][..., None] + self.disk_flat
 
   def to_flat(self, yx: np.ndarray) -> np.ndarray:
     """[..., 2] frame coordinates → flat indices in the padded frame."""
@@ -224,7 +226,7 @@ def extend(g: Geometry, masks: np.ndarray, rows: np.ndarray, heads: Heads,
   sel = g.sel[heads.angle]  # [B, S] candidate ids
   cand = q[:, None] + g.cand_flat[sel]  # [B, S] flat candidate heads
   # Mask dilated by a disk of radius m, evaluated at the candidates only.
-  dilated = flat[(base[:, None] + cand)[..., None] + g.disk_flat].max(-1)
+  dilated = flat[(base + q)[:, None, None] + g.cand_disk[heads.angle]].max(-1)
   weights = g.turn[heads.angle] * g.inside[cand] * (1 - dilated)
   total = weights.sum(1)
   cmf = np.cumsum(weights, 1) / np.maximum(total, 1e-30)[:, None]

@@ -160,7 +160,8 @@ def _target_batch(g: engine.Geometry, size: int,
   angle2, tail2, head2 = angle2[alive, t2], tail2[alive, t2], head2[alive, t2]
   angle1, tail1, head1 = angle1[alive], tail1[alive], head1[alive]
 
-  masks = np.tile(g.init_mask, (len(alive), 1))
+  masks = np.empty((len(alive), g.area), np.float32)
+  masks[:] = g.init_mask
   heads, pos, stamp = [], [], []
   for angle, tail, head in ((angle1, tail1, head1), (angle2, tail2, head2)):
     start = g.to_flat(tail)
