@@ -1,0 +1,226 @@
+"""LionMixer, decay parameterisations and ModelConfig: inits, bounds, forms, padding, gradients."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from lion_jax import LionMixer, ModelConfig, feature_map, preset
+from lion_jax import decay as decay_lib
+
+FORMS = ("attention", "rnn", "scan", "chunk", "chunk_scan")
+SELECTIVE_MODES = ("sigmoid_dt", "log_additive", "paper_literal", "softplus")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def fast_compiles():
+  """Cheap XLA compiles for tiny CPU programs; restored afterwards (the flag is process-wide)."""
+  previous = jax.config.read("jax_disable_most_optimizations")
+  jax.config.update("jax_disable_most_optimizations", True)
+  yield
+  jax.config.update("jax_disable_most_optimizations", previous)
+
+
+def small(**overrides):
+  fields = dict(d_model=16, num_heads=2, num_layers=1, chunk_size=8)
+  fields.update(overrides)
+  return ModelConfig(**fields)
+
+
+def mixer_inputs(batch=2, length=21, width=16, seed=1):
+  x = jax.random.normal(jax.random.key(seed), (batch, length, width))
+  lengths = jnp.array([length, length - 8][:batch])
+  return x, jnp.arange(length) < lengths[:, None]
+
+
+def real_lambda(mixer):
+  return np.exp(np.asarray(decay_lib.base_log_decay(mixer.decay_base[...], mixer.config.decay_param)))
+
+
+# --- config ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("field", ["block", "norm", "activation", "feature_map", "decay",
+                                   "selective_mode", "decay_init", "v_init", "form", "encoder"])
+def test_config_rejects_unknown_strings_naming_field_and_choices(field):
+  with pytest.raises(ValueError, match=rf"ModelConfig\.{field}='bogus' is not one of"):
+    ModelConfig(**{field: "bogus"})
+
+
+def test_config_checks_numbers_and_presets():
+  with pytest.raises(ValueError, match="divisible"):
+    ModelConfig(d_model=30, num_heads=4)
+  with pytest.raises(ValueError, match="dt_min"):
+    ModelConfig(dt_min=0.2, dt_max=0.1)
+  with pytest.raises(ValueError, match="presets exist for"):
+    preset("cifar")
+  with pytest.raises(ValueError, match="fields are"):
+    preset("listops", widht=3)
+  config = preset("pathx", d_model=64, num_heads=1)
+  assert (config.d_model, config.num_layers, config.dt_min, config.encoder) == (64, 6, 1e-4, "dense")
+  for task, width, depth in [("listops", 128, 8), ("text", 256, 6), ("retrieval", 128, 6),
+                             ("image", 512, 6), ("pathfinder", 192, 6), ("pathx", 128, 6)]:
+    config = preset(task)
+    assert (config.d_model, config.num_layers, config.head_dim) == (width, depth, 64)
+
+
+# --- init statistics -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dt_min,dt_max", [(1e-3, 1e-1), (1e-4, 1e-1)])
+def test_hippo_decays_lie_in_the_intended_range(dt_min, dt_max):
+  mixer = LionMixer(small(d_model=256, num_heads=4, decay="fixed", dt_min=dt_min, dt_max=dt_max),
+                    rngs=nnx.Rngs(0))
+  lam = real_lambda(mixer)
+  assert lam.shape == (4, 64)
+  dt = -2.0 * np.log(lam)  # log λ = −Δ/2
+  assert dt.min() >= dt_min * (1 - 1e-5) and dt.max() <= dt_max * (1 + 1e-5)
+  # log-uniform: log Δ spreads over the whole range, about half below the geometric middle
+  log_dt = (np.log(dt) - np.log(dt_min)) / (np.log(dt_max) - np.log(dt_min))
+  assert log_dt.min() < 0.05 and log_dt.max() > 0.95 and 0.4 < np.mean(log_dt < 0.5) < 0.6
+
+
+def test_s4d_real_and_random_inits():
+  s4d = real_lambda(LionMixer(small(decay="fixed", decay_init="s4d_real"), rngs=nnx.Rngs(0)))
+  dt = -np.log(s4d) / (np.arange(8) + 1.0)  # log λ_n = −(n + 1) Δ, n the channel in the head
+  assert dt.min() >= 1e-3 * (1 - 1e-5) and dt.max() <= 1e-1 * (1 + 1e-5)
+  rand = real_lambda(LionMixer(small(d_model=256, num_heads=4, decay="fixed", decay_init="random"),
+                               rngs=nnx.Rngs(0)))
+  logits = np.log(rand) - np.log1p(-rand)  # λ = σ(N(0, 1))
+  assert abs(logits.mean()) < 0.2 and 0.85 < logits.std() < 1.15
+
+
+@pytest.mark.parametrize("decay_param", ["neg_exp", "sigmoid"])
+def test_decay_parameterisations_invert(decay_param):
+  log_lambda = -jnp.logspace(-4.5, 1.0, 50)
+  param = decay_lib.to_param(log_lambda, decay_param)
+  np.testing.assert_allclose(decay_lib.base_log_decay(param, decay_param), log_lambda, rtol=1e-5)
+
+
+@pytest.mark.parametrize("shape", ["vector", "scalar"])
+def test_zoh_v_init_matches_its_formula(shape):
+  config = small(d_model=32, decay="fixed", decay_shape=shape)
+  mixer = LionMixer(config, rngs=nnx.Rngs(0))
+  log_lam = -np.exp(np.asarray(mixer.decay_base[...], np.float64))  # log λ = −e^ρ = −Δ/2
+  log_lam = np.broadcast_to(log_lam, (2, 16)).reshape(32)
+  gain = -2.0 * np.expm1(log_lam)  # γ = (λ − 1)/Λ with Λ = −½, i.e. 2(1 − e^{−Δ/2}) ≈ Δ
+  np.testing.assert_allclose(mixer.v_proj.kernel[...], np.diag(gain), rtol=1e-5, atol=1e-9)
+  dt = -2.0 * log_lam
+  np.testing.assert_allclose(gain, dt, rtol=0.03)  # ≈ Δ for small Δ
+
+  wide = small(d_model=256, num_heads=4, decay="fixed", v_init="zoh_lecun")
+  lecun_mixer = LionMixer(wide, rngs=nnx.Rngs(0))
+  gain = np.broadcast_to(2.0 * (1.0 - real_lambda(lecun_mixer)), (4, 64)).reshape(256)
+  base = np.asarray(lecun_mixer.v_proj.kernel[...]) / gain[None, :]  # diag(γ) on the state side
+  assert abs(base.std() * np.sqrt(256) - 1.0) < 0.05
+  plain = LionMixer(small(v_init="lecun"), rngs=nnx.Rngs(0)).v_proj.kernel[...]
+  assert np.count_nonzero(np.asarray(plain) - np.diag(np.diag(plain))) > 0
+
+
+def test_qk_and_selective_weights_have_std_0_1():
+  mixer = LionMixer(small(d_model=256, num_heads=4), rngs=nnx.Rngs(0))
+  for kernel in (mixer.q_proj.kernel, mixer.k_proj.kernel, mixer.decay_gate.kernel):
+    assert abs(float(jnp.std(kernel[...])) - 0.1) < 0.005
+  assert float(jnp.abs(mixer.decay_gate.bias[...]).max()) == 0.0
+
+
+# --- selective modes -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", SELECTIVE_MODES)
+def test_selective_lambda_bounds(mode):
+  mixer = LionMixer(small(d_model=32, selective_mode=mode), rngs=nnx.Rngs(0))
+  # Large gate logits of both signs, far beyond init, to probe the bounds.
+  mixer.decay_gate.kernel[...] = 5.0 * mixer.decay_gate.kernel[...]
+  x, _ = mixer_inputs(width=32)
+  lam = np.exp(np.asarray(mixer.log_decay(x), np.float64))  # [B, L, H, V]
+  assert lam.shape == (2, 21, 2, 16) and np.all(np.isfinite(lam))
+  if mode == "softplus":  # ablation [7]: a = B + softplus(z) ≥ B, mostly > 0, so λ > 1
+    assert lam.max() > 1.0
+  elif mode == "paper_literal":  # σ(z) + B clamped at 0: λ ≤ 1
+    assert lam.min() > 0.0 and lam.max() <= 1.0
+  else:
+    assert lam.min() > 0.0 and lam.max() < 1.0
+
+
+def test_sigmoid_dt_reproduces_the_hippo_decay_at_zero_logits():
+  mixer = LionMixer(small(), rngs=nnx.Rngs(0))
+  mixer.decay_gate.kernel[...] = jnp.zeros_like(mixer.decay_gate.kernel[...])
+  x, _ = mixer_inputs()
+  lam = np.exp(np.asarray(mixer.log_decay(x)))
+  np.testing.assert_allclose(lam, np.broadcast_to(real_lambda(mixer), lam.shape), rtol=1e-6)
+
+
+def test_log_additive_bias_keeps_long_memory():
+  mixer = LionMixer(small(selective_mode="log_additive"), rngs=nnx.Rngs(0))
+  x, _ = mixer_inputs()
+  lam = np.exp(np.asarray(mixer.log_decay(x)))
+  assert float(mixer.decay_gate.bias[...][0]) == 8.0 and lam.min() > 0.94
+
+
+# --- forms, padding, feature maps, gradients --------------------------------------------------------
+
+
+@pytest.mark.parametrize("overrides", [
+    dict(decay="lit"),
+    dict(decay="fixed", decay_shape="scalar", decay_param="sigmoid"),
+    dict(decay="fixed"),
+    dict(decay_shape="scalar"),
+    dict(),
+    dict(selective_mode="log_additive", convention="code"),
+    dict(selective_mode="paper_literal", decay_init="random", feature_map="elu1", key_dim=4),
+    dict(normalize="none", feature_map="sigmoid", output_proj=False),
+])
+def test_same_parameters_give_the_same_output_in_every_form(overrides):
+  # lecun W_v: the ZOH gain (~Δ) would make the mixer output too small for a meaningful check.
+  mixer = LionMixer(small(v_init="lecun", **overrides), rngs=nnx.Rngs(0))
+  x, mask = mixer_inputs()
+  outputs = nnx.jit(lambda m, x, mask: {f: m(x, mask, form=f) for f in FORMS})(mixer, x, mask)
+  real = np.asarray(mask)
+  reference = np.asarray(outputs["attention"])[real]
+  assert np.abs(reference).mean() > 0.1
+  for form in FORMS[1:]:
+    np.testing.assert_allclose(np.asarray(outputs[form])[real], reference, rtol=1e-5, atol=1e-5,
+                               err_msg=form)
+
+
+def test_padding_content_and_amount_do_not_change_real_outputs():
+  mixer = LionMixer(small(v_init="lecun"), rngs=nnx.Rngs(0))
+  x, mask = mixer_inputs(batch=1, length=13)
+  noise = 5.0 * jax.random.normal(jax.random.key(7), (1, 10, 16))
+  padded = jnp.concatenate([x, noise], axis=1)
+  padded_mask = jnp.concatenate([mask, jnp.zeros((1, 10), bool)], axis=1)
+  run = nnx.jit(lambda m, x, mask: (m(x, mask, form="attention"), m(x, mask, form="chunk_scan")))
+  for long, short in zip(run(mixer, padded, padded_mask), run(mixer, x, mask)):
+    np.testing.assert_allclose(long[:, :13], short, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["silu_norm", "elu1", "sigmoid", "relu", "identity"])
+def test_feature_maps(name):
+  x = 3.0 * jax.random.normal(jax.random.key(0), (4, 8))
+  y = np.asarray(feature_map(x, name))
+  assert y.shape == (4, 8) and np.all(np.isfinite(y))
+  if name == "silu_norm":
+    np.testing.assert_allclose(np.linalg.norm(y, axis=-1), 1.0, rtol=1e-6)
+    assert y.min() > 0.0
+  if name != "identity":
+    assert y.min() >= 0.0
+  out = nnx.jit(lambda m, x, mask: m(x, mask))(LionMixer(small(feature_map=name), rngs=nnx.Rngs(0)),
+                                              *mixer_inputs())
+  assert np.all(np.isfinite(np.asarray(out)))
+
+
+@pytest.mark.parametrize("mode", ["sigmoid_dt", "log_additive", "softplus"])
+def test_selective_gate_and_decays_receive_gradients(mode):
+  mixer = LionMixer(small(selective_mode=mode, v_init="lecun"), rngs=nnx.Rngs(0))
+  x, mask = mixer_inputs(length=12)
+
+  def loss(m):
+    return jnp.sum(jnp.sin(3.0 * m(x, mask, form="chunk_scan")))
+
+  grads = nnx.jit(nnx.grad(loss))(mixer)
+  for path, leaf in nnx.to_flat_state(grads):
+    assert float(jnp.abs(leaf[...]).sum()) > 0.0, path
+  paths = {"/".join(map(str, path)) for path, _ in nnx.to_flat_state(grads)}
+  assert {"decay_base", "decay_gate/kernel", "decay_gate/bias"} <= paths
