@@ -23,8 +23,10 @@ binary pairs, `(((op, a1), a2) ..., ak), ']')`, printed as `( left right )`, e.g
 `( ( ( ( [SM 3 ) 5 ) 1 ) ] )`. Files are written with `csv.writer(delimiter='\\t')` like
 the release generator, i.e. header `Source\\tTarget` and CRLF line ends.
 
-Throughput (2-core CPU, defaults 500 < length < 2000): about 800 accepted samples/s per
-worker; the full 100k set takes roughly a minute with `workers=2`.
+Throughput: about 830 accepted samples per CPU-second (8.3% of sampled trees are kept). The
+full 100k set took 122 CPU-s: 241 s wall with `--workers 2` on the 2-core dev box at load
+average ≈ 9, about a minute on two idle cores. Measured on that set: labels 0 and 9 16.9%
+each (33.8% together), 1–8 7.0–9.1% each; token lengths 501–1999, median 953.
 """
 
 from __future__ import annotations
