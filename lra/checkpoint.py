@@ -15,6 +15,7 @@ invisible to `latest_step()`.
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,11 @@ import orbax.checkpoint as ocp
 
 LATEST_DIR = "checkpoints"
 BEST_DIR = "best"
+
+
+def _quiet_orbax(record: logging.LogRecord) -> bool:
+  """Drops orbax's per-save INFO lines (a dozen per checkpoint); keeps its warnings."""
+  return record.levelno >= logging.WARNING or "orbax" not in record.pathname
 
 
 def _manager(directory: Path, max_to_keep: int) -> ocp.CheckpointManager:
@@ -42,6 +48,9 @@ class Checkpointer:
   """Saves and restores the latest and the best state of a run in `workdir`."""
 
   def __init__(self, workdir: str | os.PathLike, max_to_keep: int = 2):
+    for name in ("absl", ""):  # orbax logs through absl, which logs through the root logger
+      if _quiet_orbax not in logging.getLogger(name).filters:
+        logging.getLogger(name).addFilter(_quiet_orbax)
     workdir = Path(workdir)
     self.latest = _manager(workdir / LATEST_DIR, max(max_to_keep, 1))
     self.best = _manager(workdir / BEST_DIR, 1)

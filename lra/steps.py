@@ -97,7 +97,7 @@ def train_step(graphdef, state, batch: dict[str, jax.Array]):
   grads, sums = nnx.grad(loss_fn, has_aux=True)(model)
   optimizer.update(model, grads)
   params = nnx.state(model, nnx.Param)
-  sums = {**sums, "grad_norm": optax.global_norm(grads), "param_norm": optax.global_norm(params)}
+  sums = {**sums, "grad_norm": optax.tree.norm(grads), "param_norm": optax.tree.norm(params)}
   return nnx.state((model, optimizer)), sums
 
 

@@ -1,0 +1,198 @@
+"""End-to-end training on tiny `runlocal` configs: outputs, resume, best checkpoint, errors.
+
+Every run here is a few steps of a 1-layer, 16-wide model on length-32 sequences, so the
+whole file takes well under a minute of compute on two cores.
+"""
+
+import json
+import struct
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+from configs import listops as listops_config
+from lra import checkpoint, metrics, steps, train
+from lra.data.errors import MissingDataError
+
+# A 1-layer, 16-wide LION-S on length-32 ListOps: seconds per run.
+TINY = {"model.d_model": 16, "model.num_layers": 1, "model.chunk_size": 8, "seq_len": 32,
+        "batch_size": 4, "num_train_steps": 6, "eval_every_steps": 3, "log_every_steps": 2,
+        "max_examples": 16}
+TINY_LISTOPS = dict(num_train=32, num_val=16, num_test=16, min_length=5, max_length=30, seed=0,
+                    workers=1)
+
+
+def tiny_config(data_dir, arg="lion_s,runlocal", **overrides):
+  config = listops_config.get_config(arg)
+  config.data_dir = str(data_dir)
+  config.generate = TINY_LISTOPS
+  for dotted, value in {**TINY, **overrides}.items():
+    *parents, leaf = dotted.split(".")
+    node = config
+    for name in parents:
+      node = node[name]
+    node[leaf] = value
+  return config
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+  return tmp_path_factory.mktemp("listops_data")
+
+
+@pytest.fixture(scope="module")
+def finished_run(data_dir, tmp_path_factory):
+  """One complete tiny run, shared by the tests that only read its outputs."""
+  workdir = tmp_path_factory.mktemp("run")
+  config = tiny_config(data_dir)
+  return config, workdir, train.train_and_evaluate(config, str(workdir), progress=False)
+
+
+def params_of(workdir, config):
+  """The final parameters of a finished run, as numpy (from its latest checkpoint)."""
+  ckpt = checkpoint.Checkpointer(workdir)
+  target = train._setup(config, *_info(config), 1, 1).state  # pylint: disable=protected-access
+  state, _ = ckpt.restore(ckpt.latest_step(), target)
+  ckpt.close()
+  # Every leaf, the dropout RNG key included.
+  return [np.asarray(jax.random.key_data(x) if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
+                     else x) for x in jax.tree.leaves(state)]
+
+
+def _info(config):
+  _, info = train.load_data(config)
+  return info, train.check_config(config)
+
+
+def test_a_run_writes_every_output_of_the_workdir(finished_run, data_dir):
+  config, workdir, results = finished_run
+  assert (data_dir / "listops-1000" / "basic_train.tsv").exists()  # generated when missing
+  for name in ("config.json", "metrics.jsonl", "curves.png", "results.json"):
+    assert (workdir / name).is_file(), name
+  saved = json.loads((workdir / "results.json").read_text())
+  assert saved == json.loads(json.dumps(results))
+  for key in ("best_val_accuracy", "test_accuracy", "best_step", "num_params", "train_examples_per_sec"):
+    assert saved[key] is not None, key
+  assert 0 <= saved["test_accuracy"] <= 1 and saved["test_examples"] == 16
+  assert json.loads((workdir / "config.json").read_text())["model"]["d_model"] == 16
+  rows = metrics.read_metrics(workdir)
+  assert [r["step"] for r in rows if "train_loss" in r] == [2, 4, 6]
+  assert [r["step"] for r in rows if "eval_accuracy" in r] == [3, 6]
+  assert all(r["train_examples"] == 8 for r in rows if "train_loss" in r)  # 2 steps × 4
+  assert all(r["eval_examples"] == 16 for r in rows if "eval_loss" in r)
+  assert sorted(p.name for p in (workdir / "checkpoints").iterdir()) == ["3", "6"]
+
+
+def test_one_compile_per_shape(finished_run):
+  assert finished_run[2]["compiles"] == {"train_step": 1, "eval_step": 1}
+
+
+def test_tensorboard_events_are_valid_tfrecords(finished_run):
+  [events] = list((finished_run[1] / "tensorboard").glob("events.out.tfevents.*"))
+  data, records = events.read_bytes(), []
+  while data:
+    (length,) = struct.unpack("<Q", data[:8])
+    assert struct.unpack("<I", data[8:12])[0] == metrics._masked_crc(data[:8])  # pylint: disable=protected-access
+    payload = data[12:12 + length]
+    assert struct.unpack("<I", data[12 + length:16 + length])[0] == metrics._masked_crc(payload)  # pylint: disable=protected-access
+    records.append(payload)
+    data = data[16 + length:]
+  assert b"brain.Event:2" in records[0]
+  assert b"train_loss" in records[1] and b"eval_accuracy" in b"".join(records)
+  assert len(records) == 1 + len(metrics.read_metrics(finished_run[1]))
+  assert metrics.crc32c(b"123456789") == 0xE3069283
+
+
+def test_eval_mode_in_three_forms_reproduces_test_accuracy(finished_run):
+  config, workdir, results = finished_run
+  for form in ("chunk_scan", "rnn", "attention"):
+    config_copy = config.copy_and_resolve_references()
+    config_copy.eval_form = form
+    report = train.evaluate(config_copy, str(workdir), progress=False)
+    assert report["form"] == form and report["step"] == results["best_step"]
+    assert report["accuracy"] == results["test_accuracy"]
+    np.testing.assert_allclose(report["loss"], results["test_loss"], rtol=1e-4)
+    assert report["peak_memory_bytes"] > 0 and report["seconds"] > 0
+
+
+def test_resume_after_interruption_matches_an_uninterrupted_run(finished_run, data_dir, tmp_path,
+                                                                 monkeypatch):
+  config, full_dir, full = finished_run
+  calls = {"n": 0}
+  real_shard = steps.shard_batch
+
+  class Killed(Exception):
+    pass
+
+  def dying_shard(batch, mesh):
+    # Steps 1-3 train, step 3 evaluates (4 val batches) and checkpoints; die in step 5.
+    calls["n"] += 1
+    if calls["n"] == 3 + 4 + 2:
+      raise Killed()
+    return real_shard(batch, mesh)
+
+  monkeypatch.setattr(steps, "shard_batch", dying_shard)
+  with pytest.raises(Killed):
+    train.train_and_evaluate(config, str(tmp_path), progress=False)
+  assert checkpoint.Checkpointer(tmp_path).latest_step() == 3
+  monkeypatch.setattr(steps, "shard_batch", real_shard)
+  resumed = train.train_and_evaluate(config, str(tmp_path), progress=False)
+  for key in ("best_val_accuracy", "test_accuracy", "test_loss", "best_step", "num_params"):
+    assert resumed[key] == full[key], key
+  assert metrics.read_metrics(tmp_path) == metrics.read_metrics(full_dir)
+  for a, b in zip(params_of(tmp_path, config), params_of(full_dir, config)):
+    np.testing.assert_array_equal(a, b)
+  # A finished run resumed again only re-tests the best checkpoint.
+  again = train.train_and_evaluate(config, str(tmp_path), progress=False)
+  assert again["test_accuracy"] == full["test_accuracy"] and again["compiles"]["train_step"] == 0
+
+
+def test_test_accuracy_comes_from_the_best_validation_checkpoint(data_dir, tmp_path, monkeypatch):
+  config = tiny_config(data_dir, num_train_steps=9)
+  real_eval = train.run_eval
+  fake_val = iter([0.25, 0.75, 0.5])  # evaluations at steps 3, 6, 9: best is step 6
+
+  def eval_with_fake_val(eval_fn, model_state, split, batch_size, mesh, **kwargs):
+    sums = real_eval(eval_fn, model_state, split, batch_size, mesh, **kwargs)
+    if kwargs.get("desc") == "val":
+      sums["correct_sum"] = next(fake_val) * sums["count"]
+    return sums
+
+  monkeypatch.setattr(train, "run_eval", eval_with_fake_val)
+  results = train.train_and_evaluate(config, str(tmp_path), progress=False)
+  assert results["best_step"] == 6 and results["best_val_accuracy"] == 0.75
+  assert checkpoint.Checkpointer(tmp_path).best_step() == 6
+  monkeypatch.setattr(train, "run_eval", real_eval)
+  assert train.evaluate(config, str(tmp_path), progress=False)["accuracy"] == results["test_accuracy"]
+
+
+def test_non_finite_loss_stops_with_the_step_and_keeps_the_last_good_checkpoint(data_dir, tmp_path):
+  # Adam moves every weight by ~lr per step, so lr = 1e30 overflows the logits at once.
+  config = tiny_config(data_dir, learning_rate=1e30, checkpoint_every_steps=1, log_every_steps=1)
+  with pytest.raises(train.NonFiniteError, match=r"at step (\d+) .*last good checkpoint \(step") as error:
+    train.train_and_evaluate(config, str(tmp_path), progress=False)
+  bad_step = int(error.value.args[0].split("at step ")[1].split()[0])
+  assert checkpoint.Checkpointer(tmp_path).latest_step() == bad_step - 1
+  assert not (tmp_path / "results.json").exists()
+
+
+def test_missing_data_folder_says_what_to_supply(tmp_path):
+  config = tiny_config(tmp_path / "empty", generate={})
+  with pytest.raises(MissingDataError, match=r"python -m lra.data generate listops"):
+    train.train_and_evaluate(config, str(tmp_path / "run"), progress=False)
+  from configs import text  # pylint: disable=import-outside-toplevel
+  config = text.get_config("runlocal")
+  config.data_dir = str(tmp_path / "empty")
+  with pytest.raises(MissingDataError, match=r"aclImdb_v1\.tar\.gz"):
+    train.train_and_evaluate(config, str(tmp_path / "run"), progress=False)
+
+
+def test_unknown_config_field_is_rejected_before_any_work(data_dir, tmp_path):
+  config = tiny_config(data_dir)
+  config.unlock()
+  config.num_train_step = 5
+  with pytest.raises(ValueError, match=r"unknown field\(s\) config\.num_train_step"):
+    train.train_and_evaluate(config, str(tmp_path), progress=False)
+  assert not list(Path(tmp_path).iterdir())
