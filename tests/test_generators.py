@@ -183,7 +183,7 @@ def _chain_steps(chain):
   return np.linalg.norm(np.diff(chain, axis=0), axis=1)
 
 
-@pytest.mark.parametrize("resolution, num", [(32, 40), (128, 4)])
+@pytest.mark.parametrize("resolution, num", [(32, 40), (64, 3), (128, 4), (256, 1)])
 def test_markers_sit_on_target_curves(resolution, num):
   p = pathfinder.params_for(resolution, num_distractors=0)
   rng = pathfinder.batch_rng(0, p, 0)
