@@ -26,6 +26,8 @@ from lra.data.generators import pathfinder_draw as draw
 RETRIES = 3  # tries per dash (original max_paddle_retrial = 2 → 3 tries)
 FREE = 0.3  # a mask value ≤ this counts as free (original: ceil(v - 0.3) == 0)
 _COLLIDE = 1.8  # a dash is rejected where mask + its footprint reaches this
+# Masks never exceed 1, so only footprint pixels above 0.8 can collide (margin for rounding).
+_HIT = _COLLIDE - 1 - 0.01
 _MIN_TOTAL = 1e-4  # candidate weights summing below this end the snake
 _NEGLIGIBLE_TURN = 1e-9  # turn weights below this (cos² at ±90°) are dropped from the tables
 SEED_ANGLES = 360  # angle ids 0..359 are integer degrees -180..179 (seeds)
@@ -51,12 +53,16 @@ class StampTable:
     offsets: [A, F] flat offsets of the nonzero footprint pixels of the dash drawn for that
       id (seed id: from the tail along the angle; candidate id: from the head back).
     values: [A, F] the footprint values there.
+    hit_offsets: [A, H] the offsets whose value can reach the collision threshold.
+    hit_values: [A, H] their values.
   """
 
   angles: np.ndarray
   step: np.ndarray
   offsets: np.ndarray
   values: np.ndarray
+  hit_offsets: np.ndarray
+  hit_values: np.ndarray
 
 
 class Geometry:
@@ -90,13 +96,15 @@ class Geometry:
     dist = length + 2 * margin
     step = np.array([draw.translate((0, 0), a, dist) for a in angles]) @ [width, 1]
     stamp_angles = seed_ang + [draw.flip(a) for a in cand_ang.tolist()]
-    offsets, values = [], []
+    offsets, values, hit_offsets, hit_values = [], [], [], []
     for a in stamp_angles:
       fp = draw.dash_stamp(length, p.paddle_thickness, margin, p.antialias, a)[1]
-      ys, xs = np.nonzero(fp)
-      offsets.append((ys - radius) * width + (xs - radius))
-      values.append(fp[ys, xs])
-    self.stamps = StampTable(angles, step, _pad_rows(offsets), _pad_rows(values))
+      for threshold, offs, vals in ((0, offsets, values), (_HIT, hit_offsets, hit_values)):
+        ys, xs = np.nonzero(fp > threshold)
+        offs.append((ys - radius) * width + (xs - radius))
+        vals.append(fp[ys, xs])
+    self.stamps = StampTable(angles, step, _pad_rows(offsets), _pad_rows(values),
+                             _pad_rows(hit_offsets), _pad_rows(hit_values))
 
     # Turning weights cos²(min(c·δ, π/2)) for every (previous heading, candidate), keeping
     # per heading only candidates with a non-negligible weight (the rest pad to the dummy).
@@ -240,8 +248,8 @@ def extend(g: Geometry, masks: np.ndarray, rows: np.ndarray, heads: Heads,
     j = np.minimum((cmf[pending] <= u[:, None]).sum(1), last[pending])
     stamp = SEED_ANGLES + sel[pending, j]
     head = cand[pending, j]
-    where = (base[pending] + head)[:, None] + g.stamps.offsets[stamp]
-    hit = (flat[where] + g.stamps.values[stamp]).max(1) >= _COLLIDE
+    where = (base[pending] + head)[:, None] + g.stamps.hit_offsets[stamp]
+    hit = (flat[where] + g.stamps.hit_values[stamp]).max(1) >= _COLLIDE
     chosen[pending[~hit]] = j[~hit]
     pending = pending[hit]
   grown = np.flatnonzero(chosen >= 0)
