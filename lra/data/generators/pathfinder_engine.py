@@ -1,9 +1,10 @@
 """Vectorised snake growth: the extension rule of `lra_data.md` §7.3 step 5 for many masks.
 
-The original grows one snake at a time and, at 128 px, throws both target snakes away
-~800 times per image before a pair reaches full length. Attempts are independent draws,
-so we run a batch of them at once and keep every one that succeeds (in attempt order).
-Distractor snakes go through the same code with a batch of one.
+The original grows one snake at a time and throws both target snakes away whenever one gets
+stuck: at 128 px a pair reaches full length once in ≈80 (margin 2) to ≈500 (margin 3)
+attempts, at 32 px once in ≈40. Attempts are independent draws, so we run a batch of them
+at once and keep every one that succeeds (in attempt order). Distractor snakes go through
+the same code with a batch of one.
 
 Representation: every mask is a flat float32 row over a frame zero-padded by `pad` pixels
 on each side, so a point is one integer and every neighbourhood (candidate circle, disk,
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 
 import numpy as np
 
