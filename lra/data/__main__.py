@@ -57,8 +57,10 @@ def _read_source(folder: pathlib.Path, num: int) -> list[tuple[np.ndarray, int]]
   for meta in sorted((folder / "metadata").glob("*.npy"), key=lambda f: int(f.stem)):
     for line in meta.read_text().splitlines():
       fields = line.split()
-      out.append((np.asarray(Image.open(folder / fields[0] / fields[1]).convert("L")),
-                  int(fields[3])))
+      png = folder / fields[0] / fields[1]
+      if png.stat().st_size == 0:  # the release has one empty PNG (lra_data.md §5)
+        continue
+      out.append((np.asarray(Image.open(png).convert("L")), int(fields[3])))
       if len(out) == num:
         return out
   return out

@@ -45,7 +45,7 @@ def disk_offsets(radius: int) -> np.ndarray:
   return np.stack([ys[inside], xs[inside]], axis=1)
 
 
-def shifted(frame: np.ndarray, offset) -> np.ndarray:
+def _shifted(frame: np.ndarray, offset) -> np.ndarray:
   """Returns `out[p] = frame[p + offset]`, zero (False) where `p + offset` leaves the frame."""
   (h, w), (dy, dx) = frame.shape, offset
   out = np.zeros_like(frame)
@@ -58,7 +58,7 @@ def _dilate(binary: np.ndarray, radius: int) -> np.ndarray:
   """Binary dilation by a disk (pixels outside the array count as empty)."""
   out = np.zeros_like(binary)
   for offset in disk_offsets(radius):
-    out |= shifted(binary, offset)
+    out |= _shifted(binary, offset)
   return out
 
 
