@@ -13,15 +13,6 @@ FORMS = ("attention", "rnn", "scan", "chunk", "chunk_scan")
 SELECTIVE_MODES = ("sigmoid_dt", "log_additive", "paper_literal", "softplus")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def fast_compiles():
-  """Cheap XLA compiles for tiny CPU programs; restored afterwards (the flag is process-wide)."""
-  previous = jax.config.read("jax_disable_most_optimizations")
-  jax.config.update("jax_disable_most_optimizations", True)
-  yield
-  jax.config.update("jax_disable_most_optimizations", previous)
-
-
 def small(**overrides):
   fields = dict(d_model=16, num_heads=2, num_layers=1, chunk_size=8)
   fields.update(overrides)
@@ -166,9 +157,7 @@ def test_log_additive_bias_keeps_long_memory():
     dict(decay="lit"),
     dict(decay="fixed", decay_shape="scalar", decay_param="sigmoid"),
     dict(decay="fixed"),
-    dict(decay_shape="scalar"),
-    dict(),
-    dict(selective_mode="log_additive", convention="code"),
+    dict(decay_shape="scalar", selective_mode="log_additive", convention="code"),
     dict(selective_mode="paper_literal", decay_init="random", feature_map="elu1", key_dim=4),
     dict(normalize="none", feature_map="sigmoid", output_proj=False),
 ])

@@ -1,0 +1,168 @@
+"""LraClassifier: every preset in every form, padding invariance (BatchNorm included), the
+retrieval two-tower head, gradients to every parameter, train/eval under jit, remat, counts."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+
+from lion_jax import LraClassifier, count_params, masked_mean, preset
+from lion_jax import param_counts
+
+FORMS = ("attention", "rnn", "scan", "chunk", "chunk_scan")
+# (num_classes, vocab_size, dual_input) per task, as in lra/data.
+TASKS = {task: (io.num_classes, io.vocab_size, io.dual_input)
+         for task, io in param_counts.TASK_IO.items()}
+
+
+def build(task, seed=0, **overrides):
+  fields = dict(d_model=32, num_heads=2, num_layers=1, chunk_size=8)
+  fields.update(overrides)
+  num_classes, vocab, dual = TASKS[task]
+  return LraClassifier(preset(task, **fields), num_classes=num_classes, vocab_size=vocab,
+                       dual_input=dual, rngs=nnx.Rngs(seed))
+
+
+def batch_for(task, length=24, seed=1):
+  """Random inputs and lengths (with padding) in the layout of `task`; pads hold 0."""
+  _, vocab, dual = TASKS[task]
+  shape = (3, 2) if dual else (3,)
+  key_x, key_l = jax.random.split(jax.random.key(seed))
+  x = jax.random.randint(key_x, shape + (length,), 1, vocab)
+  lengths = jax.random.randint(key_l, shape, 3, length + 1).at[0].set(length)
+  return jnp.where(jnp.arange(length) < lengths[..., None], x, 0), lengths
+
+
+def repad(x, lengths, length, seed):
+  """The same examples padded to `length` with random garbage instead of zeros."""
+  garbage = jax.random.randint(jax.random.key(seed), x.shape[:-1] + (length,), 0, 16)
+  widened = jnp.concatenate([x, garbage[..., x.shape[-1]:]], axis=-1)
+  return jnp.where(jnp.arange(length) < lengths[..., None], widened, garbage)
+
+
+def assert_trees_close(a, b, rtol=1e-5, atol=1e-6):
+  jax.tree.map(lambda u, v: np.testing.assert_allclose(u, v, rtol=rtol, atol=atol), a, b)
+
+
+@pytest.mark.parametrize("task", list(TASKS))
+def test_every_preset_gives_the_same_logits_in_every_form(task):
+  # lecun W_v makes the mixers matter (their ZOH-initialised output is only ~Δ in size).
+  model = build(task, v_init="lecun")
+  model.eval()
+  x, lengths = batch_for(task)
+  logits = nnx.jit(lambda m, x, n: {f: m(x, n, form=f) for f in FORMS})(model, x, lengths)
+  assert logits["attention"].shape == (3, TASKS[task][0])
+  for form in FORMS[1:]:
+    np.testing.assert_allclose(logits[form], logits["attention"], rtol=1e-5, atol=1e-6, err_msg=form)
+
+
+@pytest.mark.parametrize("task,overrides", [
+    ("listops", dict(num_layers=2)),
+    ("retrieval", dict(block="transformer", activation="full_glu")),
+])
+def test_padding_a_batch_differently_changes_neither_logits_nor_batchnorm_statistics(task, overrides):
+  model = build(task, v_init="lecun", **overrides)
+  x, lengths = batch_for(task, length=24)
+  x_long = repad(x, lengths, 37, seed=5)
+  run = nnx.jit(lambda m, x, n: m(x, n))
+  results = []
+  for inputs in (x, x_long):
+    copy = nnx.clone(model)
+    copy.train()  # batch statistics, running averages updated
+    train_logits = run(copy, inputs, lengths)
+    copy.eval()
+    results.append((train_logits, run(copy, inputs, lengths), nnx.state(copy, nnx.BatchStat)))
+  assert_trees_close(results[0], results[1])
+  before = nnx.state(model, nnx.BatchStat)
+  assert not np.allclose(jax.tree.leaves(before)[0], jax.tree.leaves(results[0][2])[0])
+
+
+def test_batchnorm_statistics_are_masked_means_over_real_tokens():
+  model = build("listops", bn_momentum=0.9)
+  x, lengths = batch_for("listops")
+  nnx.jit(lambda m, x, n: m(x, n))(model, x, lengths)
+  embedded = np.asarray(model.encoder.embed(x))  # [B, L, M]
+  real = np.arange(x.shape[1]) < np.asarray(lengths)[:, None]
+  tokens = embedded[real]  # [real tokens, M]
+  norm = model.encoder.blocks[0].norm
+  np.testing.assert_allclose(norm.mean[...], 0.1 * tokens.mean(0), rtol=1e-5, atol=1e-7)
+  np.testing.assert_allclose(norm.var[...], 0.9 + 0.1 * tokens.var(0), rtol=1e-5)
+
+
+def test_retrieval_head_runs_both_documents_through_one_shared_tower():
+  model = build("retrieval", v_init="lecun")
+  model.eval()
+  x, lengths = batch_for("retrieval")
+
+  def towers(m, x, lengths):
+    mask = jnp.arange(x.shape[-1]) < lengths[..., None]  # [B, 2, L]
+    pooled = [masked_mean(m.encoder(x[:, d], mask[:, d]), mask[:, d]) for d in (0, 1)]
+    swapped = m(x[:, ::-1], lengths[:, ::-1])  # [u, v, u − v, u ⊙ v] is ordered
+    return m(x, lengths), m.head(*pooled), swapped
+
+  logits, separate, swapped = nnx.jit(towers)(model, x, lengths)
+  np.testing.assert_allclose(logits, separate, rtol=1e-5, atol=1e-6)
+  assert not np.allclose(swapped, logits)
+  with pytest.raises(ValueError, match=r"\[B, 2, L\] inputs"):
+    model(x[:, 0], lengths[:, 0])
+
+
+@pytest.mark.parametrize("task,overrides", [
+    ("listops", dict()),
+    ("text", dict(decay_shape="scalar", normalize="before")),  # dropout 0.1
+    ("retrieval", dict(decay="fixed", activation="gelu")),
+    ("image", dict(block="transformer", norm="layer", selective_mode="log_additive")),
+    ("pathx", dict(activation="full_glu", v_init="zoh_lecun", prenorm=False, remat=True)),
+])
+def test_every_parameter_gets_a_nonzero_gradient(task, overrides):
+  model = build(task, **overrides)
+  x, lengths = batch_for(task)
+  labels = jnp.arange(3) % TASKS[task][0]
+
+  def loss(m):
+    return optax.softmax_cross_entropy_with_integer_labels(m(x, lengths), labels).mean()
+
+  grads = nnx.jit(nnx.grad(loss))(model)
+  flat = nnx.to_flat_state(grads)
+  assert len(flat) == len(nnx.to_flat_state(nnx.state(model, nnx.Param)))
+  dead = ["/".join(map(str, path)) for path, leaf in flat if not float(jnp.abs(leaf[...]).max()) > 0]
+  assert not dead
+
+
+def test_train_and_eval_modes_under_jit():
+  model = build("text", num_layers=2)  # dropout 0.1
+  x, lengths = batch_for("text")
+  run = nnx.jit(lambda m, x, n: m(x, n))
+  first, second = run(model, x, lengths), run(model, x, lengths)
+  assert not np.allclose(first, second)  # new dropout masks (and updated running averages)
+  stats = nnx.state(model, nnx.BatchStat)
+  model.eval()
+  assert_trees_close(run(model, x, lengths), run(model, x, lengths), rtol=0, atol=0)
+  assert_trees_close(stats, nnx.state(model, nnx.BatchStat), rtol=0, atol=0)
+
+
+def test_remat_gives_the_same_loss_and_gradients():
+  x, lengths = batch_for("listops")
+
+  def loss(m):
+    return jnp.sum(m(x, lengths) ** 2)
+
+  plain, remat = build("listops"), build("listops", remat=True)
+  assert_trees_close(nnx.state(plain, nnx.Param), nnx.state(remat, nnx.Param), rtol=0, atol=0)
+  step = nnx.jit(nnx.value_and_grad(loss))
+  assert_trees_close(step(plain), step(remat))
+
+
+def test_parameter_counts():
+  config = preset("listops")
+  m, layers = config.d_model, config.num_layers
+  mixer = 5 * m * m + 2 * m + m  # q, k, v, gate (+bias), out (+bias); decay_base [H, V]
+  layer = mixer + 2 * m + m * m + m  # BatchNorm, one GLU Dense
+  expected = 16 * m + layers * layer + m * 10 + 10  # embedding, blocks, head
+  io = param_counts.TASK_IO["listops"]
+  assert param_counts.lion_param_count(config, io) == expected == 795_914
+  assert param_counts.s5_param_count(config, io) == 188_490  # hand-checked from spec §7
+  model = build("listops")
+  assert count_params(model) == param_counts.lion_param_count(model.config, io)
