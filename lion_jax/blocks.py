@@ -30,8 +30,8 @@ def make_norm(config: ModelConfig, *, rngs: nnx.Rngs):
   if config.norm == "batch":
     # Two-pass variance: the one-pass E[x²] − E[x]² loses digits when |mean| ≫ std.
     return nnx.BatchNorm(config.d_model, momentum=config.bn_momentum, use_fast_variance=False,
-                         rngs=rngs)
-  return nnx.LayerNorm(config.d_model, rngs=rngs)
+                         dtype=config.compute_dtype, rngs=rngs)
+  return nnx.LayerNorm(config.d_model, dtype=config.compute_dtype, rngs=rngs)
 
 
 def apply_norm(norm, x, mask):
@@ -59,7 +59,7 @@ class S5Block(nnx.Module):
   """
 
   def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
-    m = config.d_model
+    m, dtype = config.d_model, config.compute_dtype
     self.prenorm = config.prenorm
     self.activation = config.activation
     self.norm = make_norm(config, rngs=rngs)
@@ -67,8 +67,9 @@ class S5Block(nnx.Module):
     # broadcast_dims=(1,): one dropout mask per example and feature, shared by all time steps.
     self.dropout = nnx.Dropout(config.dropout, broadcast_dims=(1,), rngs=rngs)
     glu = config.activation in ("half_glu1", "half_glu2", "full_glu")
-    self.gate = nnx.Linear(m, m, rngs=rngs) if glu else None  # S5 out2
-    self.value = nnx.Linear(m, m, rngs=rngs) if config.activation == "full_glu" else None  # S5 out1
+    self.gate = nnx.Linear(m, m, dtype=dtype, rngs=rngs) if glu else None  # S5 out2
+    full = config.activation == "full_glu"
+    self.value = nnx.Linear(m, m, dtype=dtype, rngs=rngs) if full else None  # S5 out1
 
   def __call__(self, x, mask=None, *, form: str | None = None, chunk_size: int | None = None):
     """Applies the block.
@@ -114,8 +115,8 @@ class TransformerBlock(nnx.Module):
     self.norm1 = make_norm(config, rngs=rngs)
     self.mixer = LionMixer(config, rngs=rngs)
     self.norm2 = make_norm(config, rngs=rngs)
-    self.mlp_in = nnx.Linear(m, hidden, rngs=rngs)
-    self.mlp_out = nnx.Linear(hidden, m, rngs=rngs)
+    self.mlp_in = nnx.Linear(m, hidden, dtype=config.compute_dtype, rngs=rngs)
+    self.mlp_out = nnx.Linear(hidden, m, dtype=config.compute_dtype, rngs=rngs)
     self.dropout = nnx.Dropout(config.dropout, broadcast_dims=(1,), rngs=rngs)
 
   def __call__(self, x, mask=None, *, form: str | None = None, chunk_size: int | None = None):

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import jax.numpy as jnp
+
 # Allowed values of every string field (the first one is the default unless the field says otherwise).
 CHOICES: dict[str, tuple[str, ...]] = {
     "block": ("s5", "transformer"),
@@ -31,6 +33,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "normalize": ("after", "before", "none"),
     "convention": ("symmetric", "code"),
     "form": ("auto", "attention", "rnn", "scan", "chunk", "chunk_scan"),
+    "dtype": ("float32", "bfloat16"),
 }
 
 
@@ -105,6 +108,10 @@ class ModelConfig:
   chunk_size: int = 64
   # jax.checkpoint each block (long sequences: recompute activations in the backward pass).
   remat: bool = False
+  # Compute dtype of the dense layers, embeddings and residual stream ("bfloat16" is a GPU option).
+  # Parameters, decays, normalisers and states (inside lion_attention), BatchNorm statistics,
+  # pooling and the classification head stay float32.
+  dtype: str = "float32"
 
   def __post_init__(self):
     for name, allowed in CHOICES.items():
@@ -131,6 +138,11 @@ class ModelConfig:
   def head_dim(self) -> int:
     """Value width per head, d_model / num_heads."""
     return self.d_model // self.num_heads
+
+  @property
+  def compute_dtype(self):
+    """`dtype` as a jnp dtype."""
+    return jnp.dtype(self.dtype)
 
   @property
   def qk_dim(self) -> int:

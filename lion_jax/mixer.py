@@ -68,9 +68,10 @@ class LionMixer(nnx.Module):
     m, h, k, v = config.d_model, config.num_heads, config.qk_dim, config.head_dim
     self.groups = v if config.decay_shape == "vector" else 1  # G
     qk_init = nnx.initializers.normal(config.qk_init_std)
-    self.q_proj = nnx.Linear(m, h * k, use_bias=False, kernel_init=qk_init, rngs=rngs)
-    self.k_proj = nnx.Linear(m, h * k, use_bias=False, kernel_init=qk_init, rngs=rngs)
-    self.v_proj = nnx.Linear(m, h * v, use_bias=False, rngs=rngs)
+    dtype = config.compute_dtype
+    self.q_proj = nnx.Linear(m, h * k, use_bias=False, kernel_init=qk_init, dtype=dtype, rngs=rngs)
+    self.k_proj = nnx.Linear(m, h * k, use_bias=False, kernel_init=qk_init, dtype=dtype, rngs=rngs)
+    self.v_proj = nnx.Linear(m, h * v, use_bias=False, dtype=dtype, rngs=rngs)
 
     # LIT has no decay; its ZOH W_v init still uses HiPPO gains (Λ = −½, Δ log-uniform).
     init = config.decay_init if config.decay != "lit" else "hippo"
@@ -94,7 +95,7 @@ class LionMixer(nnx.Module):
       self.v_proj.kernel[...] = jnp.diag(gain)  # needs M = H·V, true by construction
     elif config.v_init == "zoh_lecun":
       self.v_proj.kernel[...] = self.v_proj.kernel[...] * gain[None, :]  # diag(γ) on the state side
-    self.out_proj = nnx.Linear(h * v, m, rngs=rngs) if config.output_proj else None
+    self.out_proj = nnx.Linear(h * v, m, dtype=dtype, rngs=rngs) if config.output_proj else None
 
   def log_decay(self, x):
     """log λ in the shape `lion_attention` takes, or None for LION-LIT.

@@ -41,11 +41,12 @@ class InputEncoder(nnx.Module):
     self.mean, self.std = float(config.input_mean), float(config.input_std)
     if config.encoder == "embed":
       init = nnx.initializers.normal(vocab_size ** -0.5)
-      self.embed = nnx.Embed(vocab_size, config.d_model, embedding_init=init, rngs=rngs)
+      self.embed = nnx.Embed(vocab_size, config.d_model, embedding_init=init,
+                             dtype=config.compute_dtype, rngs=rngs)
       self.dense = None
     else:
       self.embed = None
-      self.dense = nnx.Linear(1, config.d_model, rngs=rngs)
+      self.dense = nnx.Linear(1, config.d_model, dtype=config.compute_dtype, rngs=rngs)
 
   def __call__(self, inputs):
     """[B, L] ids or pixel values → [B, L, M] features."""
@@ -104,11 +105,11 @@ def masked_mean(x, mask):
     mask: [B, L] bool.
 
   Returns:
-    [B, M]; an empty sequence pools to zeros.
+    [B, M] float32; an empty sequence pools to zeros.
   """
-  weights = mask.astype(x.dtype)[..., None]  # [B, L, 1]
+  weights = mask.astype(jnp.float32)[..., None]  # [B, L, 1]
   count = jnp.maximum(weights.sum(axis=1), 1.0)  # [B, 1]
-  return (x * weights).sum(axis=1) / count
+  return (x.astype(jnp.float32) * weights).sum(axis=1) / count  # float32 sums over long L
 
 
 class RetrievalHead(nnx.Module):

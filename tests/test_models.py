@@ -166,3 +166,13 @@ def test_parameter_counts():
   assert param_counts.s5_param_count(config, io) == 188_490  # hand-checked from spec §7
   model = build("listops")
   assert count_params(model) == param_counts.lion_param_count(model.config, io)
+
+
+def test_bfloat16_compute_keeps_float32_parameters_and_logits():
+  x, lengths = batch_for("listops")
+  run = nnx.jit(lambda m, x, n: m(x, n))
+  full, half = build("listops", v_init="lecun"), build("listops", v_init="lecun", dtype="bfloat16")
+  assert_trees_close(nnx.state(full, nnx.Param), nnx.state(half, nnx.Param), rtol=0, atol=0)
+  reference, logits = run(full, x, lengths), run(half, x, lengths)
+  assert logits.dtype == jnp.float32
+  np.testing.assert_allclose(logits, reference, atol=0.05 * float(jnp.abs(reference).max()))
