@@ -1,0 +1,222 @@
+"""One sequence-mixing layer vs L: LION-LIT/D/S (chunk_scan), softmax attention, S5-style (issue 7).
+
+  .venv/bin/python bench/layers.py            # L ∈ {1K, 4K, 16K}
+  .venv/bin/python bench/layers.py --quick    # L = 1K
+
+Every layer maps [B, L, d_model] -> [B, L, d_model] with its projections (q/k/v/o, or S5's
+B/C/D): `lion_jax.LionMixer` at d_model 128 with 4 heads (d_head 32) in form chunk_scan (C=64);
+`bench.baselines.SoftmaxAttention` (flax `nnx.dot_product_attention`) with the same d_model and
+heads; `bench.baselines.S5Layer` with d_model 128 and P = 256 (J = 16, 128 complex states after
+conjugate symmetry: S5's Path-X/AAN configuration), with S5's associative scan and with a linear
+`lax.scan`. "fwd+bwd" is the gradient of a scalar loss w.r.t. all parameters and the input.
+All cases of one L are timed interleaved in one process; ratios are what to read.
+
+Writes docs/bench/layers.json and layers.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import pathlib
+import sys
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+import harness  # noqa: E402
+from bench.baselines import S5Layer, SoftmaxAttention  # noqa: E402
+from lion_jax import LionMixer, ModelConfig  # noqa: E402
+
+
+def lion_config(variant, d_model, heads, chunk, decay_shape):
+  decay = {"LION-LIT": "lit", "LION-D": "fixed", "LION-S": "selective"}[variant]
+  return ModelConfig(d_model=d_model, num_heads=heads, decay=decay, decay_shape=decay_shape,
+                     form="chunk_scan", chunk_size=chunk)
+
+
+def make_layers(args):
+  """name -> (module factory, info)."""
+  layers = {}
+  for variant in ("LION-LIT", "LION-D", "LION-S"):
+    shapes = ("scalar",) if variant == "LION-LIT" else tuple(args.lion_decays.split(","))
+    for shape in shapes:
+      name = variant if shape == "scalar" else f"{variant} vector"
+      cfg = lion_config(variant, args.d_model, args.heads, args.chunk, shape)
+      layers[name] = (lambda cfg=cfg: LionMixer(cfg, rngs=nnx.Rngs(0)),
+                      dict(family="lion", variant=variant, decay_shape=shape, form="chunk_scan",
+                           chunk_size=args.chunk))
+  layers["softmax"] = (lambda: SoftmaxAttention(args.d_model, args.heads, rngs=nnx.Rngs(0)),
+                       dict(family="softmax"))
+  for method in args.s5_methods.split(","):
+    layers[f"S5 {method}"] = (
+        lambda method=method: S5Layer(args.d_model, args.ssm_size, args.ssm_blocks, method=method,
+                                      rngs=nnx.Rngs(0)),
+        dict(family="s5", method=method, ssm_size=args.ssm_size))
+  return layers
+
+
+def build_cases(length, layers, passes, args):
+  key = jax.random.split(jax.random.PRNGKey(length), 2)
+  x = jax.random.normal(key[0], (args.batch, length, args.d_model))
+  cotangent = jax.random.normal(key[1], x.shape)
+  cases = []
+  for name, (factory, info) in layers.items():
+    graphdef, params = nnx.split(factory())
+
+    def forward(params, x, cotangent, graphdef=graphdef):
+      del cotangent
+      return nnx.merge(graphdef, params)(x)
+
+    def loss(params, x, cotangent, graphdef=graphdef):
+      return jnp.sum(nnx.merge(graphdef, params)(x) * cotangent)
+
+    for kind in passes:
+      fn = jax.grad(loss, argnums=(0, 1)) if kind == "fwd+bwd" else forward
+      cases.append(harness.Case(
+          f"L={length} {name} {kind}", fn, (params, x, cotangent),
+          info=dict(length=length, layer=name, pass_=kind, batch=args.batch, d_model=args.d_model,
+                    heads=args.heads, **info)))
+  return cases
+
+
+def run_group(cases, args):
+  runnable = []
+  for case in cases:
+    harness.compile_case(case)
+    mem = case.result.get("temp_plus_output_bytes", 0)
+    if mem > args.mem_budget_gb * harness.GB:
+      case.result["skipped"] = (f"would not fit: {harness.fmt_bytes(mem)} compiled temp+output "
+                                f"> {args.mem_budget_gb} GB budget")
+      print(f"  {case.name:<44s} skipped ({case.result['skipped']})", flush=True)
+      case.compiled = None
+    else:
+      runnable.append(case)
+  harness.time_cases(runnable, repeats=args.repeats, budget_s=args.case_budget_s)
+  for case in cases:
+    case.compiled = None
+  gc.collect()
+
+
+def find(records, **match):
+  for r in records:
+    if all(r.get(k) == v for k, v in match.items()):
+      return r
+  return None
+
+
+def plot(records, lengths, names, path):
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+  for name in names:
+    pts = [(l, r) for l in lengths
+           if (r := find(records, length=l, layer=name, pass_="fwd+bwd")) and "median_s" in r]
+    if not pts:
+      continue
+    style = "o-" if name.startswith("LION") else "s--"
+    axes[0].plot([l for l, _ in pts], [1e3 * r["median_s"] for _, r in pts], style, label=name)
+    axes[1].plot([l for l, _ in pts], [r["temp_plus_output_bytes"] / harness.MB for _, r in pts],
+                 style, label=name)
+  for ax, ylabel in zip(axes, ("fwd+bwd median (ms)", "compiled temp+output (MB)")):
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("sequence length L")
+    ax.set_ylabel(ylabel)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+  fig.suptitle("one mixing layer, d_model 128, B=2, f32, CPU")
+  fig.tight_layout()
+  fig.savefig(path, dpi=90)
+  print(f"wrote {path}")
+
+
+def main(argv=None):
+  p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  p.add_argument("--quick", action="store_true")
+  p.add_argument("--lengths", default=None)
+  p.add_argument("--passes", default="fwd+bwd,fwd")
+  p.add_argument("--batch", type=int, default=2)
+  p.add_argument("--d-model", type=int, default=128)
+  p.add_argument("--heads", type=int, default=4)
+  p.add_argument("--chunk", type=int, default=64)
+  p.add_argument("--lion-decays", default="scalar,vector",
+                 help="decay shapes for LION-D/S (LIT has none)")
+  p.add_argument("--ssm-size", type=int, default=256)
+  p.add_argument("--ssm-blocks", type=int, default=16)
+  p.add_argument("--s5-methods", default="associative,linear")
+  p.add_argument("--repeats", type=int, default=7)
+  p.add_argument("--case-budget-s", type=float, default=60.0)
+  p.add_argument("--mem-budget-gb", type=float, default=4.0)
+  p.add_argument("--out", default=str(harness.DOCS))
+  p.add_argument("--name", default=None)
+  args = p.parse_args(argv)
+  lengths = harness.parse_lengths(args.lengths) if args.lengths else (
+      [1024] if args.quick else [1024, 4096, 16384])
+  passes = [x for x in args.passes.split(",") if x]
+  if args.quick and args.passes == "fwd+bwd,fwd":
+    passes = ["fwd+bwd"]
+  name = args.name or ("layers_quick" if args.quick else "layers")
+  layers = make_layers(args)
+
+  records = []
+  for length in lengths:
+    print(f"L = {length}", flush=True)
+    cases = build_cases(length, layers, passes, args)
+    run_group(cases, args)
+    records += [harness.record(c) for c in cases]
+
+  tables = []
+  for kind in passes:
+    rows = []
+    for layer in layers:
+      cells, mems = [], []
+      for length in lengths:
+        r = find(records, length=length, layer=layer, pass_=kind)
+        cells.append(harness.fmt_ms(r.get("median_s")) if r and "median_s" in r else "skip")
+        mems.append(harness.fmt_bytes(r.get("temp_plus_output_bytes")) if r else "–")
+      rows.append([layer] + cells + mems)
+    tables.append(f"### {kind} (median ms; compiled temp+output)\n\n" + harness.markdown_table(
+        ["layer"] + [f"L={l} ms" for l in lengths] + [f"mem L={l}" for l in lengths], rows))
+  print("\n" + "\n\n".join(tables))
+
+  # Ratios: other / LION (>1 means LION is faster), fwd+bwd.
+  ratio_rows, checks = [], []
+  lions = [n for n in layers if n.startswith("LION")]
+  peers = [n for n in layers if not n.startswith("LION")]
+  for lion in lions:
+    for peer in peers:
+      cells = []
+      for length in lengths:
+        a = find(records, length=length, layer=lion, pass_="fwd+bwd")
+        b = find(records, length=length, layer=peer, pass_="fwd+bwd")
+        if a and b and "median_s" in a and "median_s" in b:
+          ratio = b["median_s"] / a["median_s"]
+          cells.append(f"{ratio:.1f}x")
+          if length == 4096:
+            goal = 10.0 if peer == "softmax" else 1.0
+            checks.append(dict(lion=lion, peer=peer, length=length, ratio=ratio,
+                               ratio_min=b["min_s"] / a["min_s"], goal=goal, met=ratio >= goal))
+        else:
+          cells.append("–")
+      ratio_rows.append([f"{peer} / {lion}"] + cells)
+  print("\nfwd+bwd time ratio (>1: LION faster)\n" + harness.markdown_table(
+      ["ratio"] + [f"L={l}" for l in lengths], ratio_rows))
+  if checks:
+    print("\nissue-7 targets at L=4096 (chunk_scan ≥10x faster than softmax, ≥1x vs S5)\n"
+          + harness.markdown_table(
+              ["LION", "peer", "ratio (median)", "ratio (min)", "goal", ""],
+              [[c["lion"], c["peer"], f"{c['ratio']:.1f}x", f"{c['ratio_min']:.1f}x",
+                f">= {c['goal']:.0f}x", "met" if c["met"] else "MISSED"] for c in checks]))
+  out_dir = pathlib.Path(args.out)
+  harness.write_json(name, records, out_dir, extra={"targets": checks})
+  plot(records, lengths, list(layers), out_dir / f"{name}.png")
+
+
+if __name__ == "__main__":
+  main()
