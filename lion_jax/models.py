@@ -10,6 +10,16 @@ Padding: positions ≥ length are padding. They are masked from the attention (n
 from BatchNorm statistics and from pooling, and the residual stream is zeroed there after the
 encoder and after every block, so real examples do not depend on how a batch is padded.
 No positional encoding: the decays carry position (spec §6.7).
+
+Parameter paths of an `LraClassifier` (for optimiser partitions):
+  encoder/inputs/embed/embedding | encoder/inputs/dense/{kernel,bias}
+  encoder/blocks/<i>/norm/{scale,bias}                       (s5; transformer: norm1, norm2)
+  encoder/blocks/<i>/mixer/{q_proj,k_proj,v_proj}/kernel, mixer/out_proj/{kernel,bias}
+  encoder/blocks/<i>/mixer/decay_base                        the base (HiPPO/Δ) decay, [H, G]
+  encoder/blocks/<i>/mixer/decay_gate/{kernel,bias}          the selective gate
+  encoder/blocks/<i>/{gate,value}/{kernel,bias}              GLU (transformer: mlp_in, mlp_out)
+  head/{kernel,bias} | head/hidden/..., head/out/...          (retrieval)
+BatchNorm running statistics (nnx.BatchStat): encoder/blocks/<i>/norm/{mean,var}.
 Shapes: B batch, L length, M = d_model, C classes.
 """
 
@@ -67,7 +77,7 @@ class LionEncoder(nnx.Module):
 
   def __init__(self, config: ModelConfig, vocab_size: int, *, rngs: nnx.Rngs):
     self.remat = config.remat
-    self.embed = InputEncoder(config, vocab_size, rngs=rngs)
+    self.inputs = InputEncoder(config, vocab_size, rngs=rngs)
     self.blocks = nnx.List([make_block(config, rngs=rngs) for _ in range(config.num_layers)])
 
   def __call__(self, inputs, mask, *, form: str | None = None, chunk_size: int | None = None):
@@ -86,7 +96,7 @@ class LionEncoder(nnx.Module):
 
     if self.remat:  # recompute each block's activations in the backward pass
       run = nnx.remat(run)
-    x = zero_padding(self.embed(inputs), mask)  # [B, L, M]
+    x = zero_padding(self.inputs(inputs), mask)  # [B, L, M]
     for block in self.blocks:
       x = zero_padding(run(block, x, mask), mask)
     return x

@@ -83,7 +83,7 @@ def test_batchnorm_statistics_are_masked_means_over_real_tokens():
   model = build("listops", bn_momentum=0.9)
   x, lengths = batch_for("listops")
   nnx.jit(lambda m, x, n: m(x, n))(model, x, lengths)
-  embedded = np.asarray(model.encoder.embed(x))  # [B, L, M]
+  embedded = np.asarray(model.encoder.inputs(x))  # [B, L, M]
   real = np.arange(x.shape[1]) < np.asarray(lengths)[:, None]
   tokens = embedded[real]  # [real tokens, M]
   norm = model.encoder.blocks[0].norm
