@@ -1,0 +1,6 @@
+"""Shared test setup: fast CPU compiles (tests use small shapes, so optimisation passes cost more
+than they save), and no global float64 (tests that need it use `jax.enable_x64(True)`)."""
+
+import jax
+
+jax.config.update("jax_disable_most_optimizations", True)

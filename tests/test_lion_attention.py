@@ -1,0 +1,295 @@
+"""The specification of `lion_attention`: every form equals the float64 definition.
+
+The reference (`tests/reference.py`) sums the definition entry by entry and shares no code with
+`lion_jax`. Forms are compared with it, not only with each other.
+"""
+
+import functools
+
+import jax
+import jax.test_util
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from lion_jax import lion_attention, lion_mask, recurrent, toeplitz_mask
+from lion_jax.masks import backward_gate_flipped
+from tests.reference import expand_log_decay, reference_lion, reference_mask
+
+FORMS = ("attention", "rnn", "scan", "chunk", "chunk_scan")
+DECAY_KINDS = ("lit", "fixed_head", "fixed_channel", "selective", "selective_vector")
+CHUNK = 8  # small, so L = 37 and 96 span several chunks and 37 ends in a partial one
+B, H, K, V = 2, 2, 3, 4
+
+
+def make_inputs(length, decay_kind, seed=0, low=0.5, high=0.999, batch=B, heads=H):
+  """Non-negative q, k (as after a positive feature map), any v, and λ in [low, high]."""
+  rng = np.random.default_rng(seed)
+  q = rng.uniform(0.05, 1.0, (batch, length, heads, K))
+  k = rng.uniform(0.05, 1.0, (batch, length, heads, K))
+  v = rng.normal(size=(batch, length, heads, V))
+  shapes = {"lit": None, "fixed_head": (heads,), "fixed_channel": (heads, V),
+            "selective": (batch, length, heads), "selective_vector": (batch, length, heads, V)}
+  shape = shapes[decay_kind]
+  log_decay = None if shape is None else np.log(rng.uniform(low, high, shape))
+  key_mask = rng.uniform(size=(batch, length)) > 0.3
+  key_mask[:, 0] = True  # every row keeps at least one key
+  return q, k, v, log_decay, key_mask
+
+
+@functools.lru_cache(maxsize=None)
+def compiled(form, convention, normalize, use_mask):
+  """One jitted function per option set, so repeated shapes compile once."""
+  def run(q, k, v, log_decay, key_mask):
+    return lion_attention(q, k, v, log_decay, form=form, convention=convention,
+                          normalize=normalize, key_mask=key_mask if use_mask else None,
+                          chunk_size=CHUNK)
+  return jax.jit(run)
+
+
+OPTIONS = [(c, n) for c in ("symmetric", "code") for n in ("after", "before", "none")]
+
+
+@functools.lru_cache(maxsize=None)
+def every_option(form):
+  """All conventions × normalisations of one form in one jitted function (one compile per shape).
+
+  The batch carries both key-mask cases: row 0 keeps every key, row 1 drops some.
+  """
+  def run(q, k, v, log_decay, key_mask):
+    return [lion_attention(q, k, v, log_decay, form=form, convention=convention,
+                           normalize=normalize, key_mask=key_mask, chunk_size=CHUNK)
+            for convention, normalize in OPTIONS]
+  return jax.jit(run)
+
+
+@functools.lru_cache(maxsize=None)
+def definition_outputs(decay_kind, length):
+  q, k, v, log_decay, key_mask = make_inputs(length, decay_kind)
+  key_mask[0] = True
+  expected = [reference_lion(q, k, v, log_decay, convention=convention, normalize=normalize,
+                             key_mask=key_mask) for convention, normalize in OPTIONS]
+  return (q, k, v, log_decay, key_mask), expected
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("length", [1, 7, 37, 96])
+@pytest.mark.parametrize("decay_kind", DECAY_KINDS)
+def test_every_form_equals_float64_definition(decay_kind, length, form):
+  """Every decay shape × convention × normalisation × L, with and without a key mask."""
+  inputs, expected = definition_outputs(decay_kind, length)
+  with jax.enable_x64(True):
+    outputs = every_option(form)(*inputs)
+  for (convention, normalize), got, want in zip(OPTIONS, outputs, expected):
+    assert got.dtype == jnp.float64
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10,
+                               err_msg=f"convention={convention} normalize={normalize}")
+
+
+@pytest.mark.parametrize("convention", ["symmetric", "code"])
+@pytest.mark.parametrize("decay_kind", DECAY_KINDS)
+def test_float32_matches_definition(decay_kind, convention):
+  q, k, v, log_decay, key_mask = make_inputs(37, decay_kind, seed=1)
+  expected = reference_lion(q, k, v, log_decay, convention=convention, key_mask=key_mask)
+  f32 = lambda x: None if x is None else np.asarray(x, np.float32)
+  for form in FORMS:
+    got = compiled(form, convention, "after", True)(f32(q), f32(k), f32(v), f32(log_decay),
+                                                    key_mask)
+    assert got.dtype == jnp.float32
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5, err_msg=f"form={form}")
+
+
+def test_bfloat16_inputs_stay_within_documented_tolerance():
+  """bf16 q, k, v (8-bit mantissa): decays and sums run in float32, so the error is the inputs'."""
+  q, k, v, log_decay, key_mask = make_inputs(96, "selective_vector", seed=2)
+  bf16 = lambda x: jnp.asarray(x, jnp.bfloat16)
+  # The reference sees the same rounded inputs: what is left is the computation's own error.
+  rounded = [np.asarray(bf16(x), np.float64) for x in (q, k, v)]
+  expected = reference_lion(*rounded, log_decay, key_mask=key_mask)
+  for form in FORMS:
+    got = compiled(form, "symmetric", "after", True)(bf16(q), bf16(k), bf16(v),
+                                                     np.float32(log_decay), key_mask)
+    assert got.dtype == jnp.bfloat16
+    # bf16 output rounding: 2^-8 relative.
+    np.testing.assert_allclose(np.asarray(got, np.float64), expected, rtol=8e-3, atol=8e-3,
+                               err_msg=f"form={form}")
+
+
+@pytest.mark.parametrize("decay_kind", ["fixed_head", "selective", "selective_vector"])
+def test_gradients_agree_between_forms_and_with_finite_differences(decay_kind):
+  q, k, v, log_decay, key_mask = make_inputs(21, decay_kind, seed=3)
+  weights = np.random.default_rng(4).normal(size=v.shape)
+
+  def loss(form, q, k, v, log_decay):
+    out = lion_attention(q, k, v, log_decay, form=form, key_mask=key_mask, chunk_size=CHUNK)
+    return jnp.sum(out * weights)
+
+  with jax.enable_x64(True):
+    args = tuple(jnp.asarray(x) for x in (q, k, v, log_decay))
+    jax.test_util.check_grads(jax.jit(functools.partial(loss, "attention")), args, order=1,
+                              modes=["rev"])
+    expected = jax.grad(functools.partial(loss, "attention"), argnums=(0, 1, 2, 3))(*args)
+    for form in FORMS[1:]:
+      got = jax.jit(jax.grad(functools.partial(loss, form), argnums=(0, 1, 2, 3)))(*args)
+      for name, g, e in zip("q k v log_decay".split(), got, expected):
+        np.testing.assert_allclose(g, e, rtol=1e-9, atol=1e-10, err_msg=f"{form} d/d{name}")
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_right_padding_with_key_mask_changes_nothing(form):
+  q, k, v, log_decay, _ = make_inputs(29, "selective_vector", seed=5)
+  pad = 11
+  padded = [np.concatenate([x, np.random.default_rng(6).normal(size=(B, pad) + x.shape[2:])], 1)
+            for x in (q, k, v, log_decay)]
+  padded[3] = -np.abs(padded[3])  # padding decays are arbitrary but valid
+  key_mask = np.arange(29 + pad)[None, :] < 29
+  key_mask = np.broadcast_to(key_mask, (B, 29 + pad))
+  f32 = lambda x: np.asarray(x, np.float32)
+  run = jax.jit(functools.partial(lion_attention, form=form, chunk_size=CHUNK))
+  unpadded = run(*map(f32, (q, k, v, log_decay)))
+  with_padding = run(*map(f32, padded), key_mask=key_mask)
+  np.testing.assert_allclose(with_padding[:, :29], unpadded, rtol=1e-5, atol=1e-6)
+
+
+def reference_rows(q, k, v, log_decay, rows):
+  """Float64 output rows for one sequence and head, by running products outwards from the row.
+
+  Args:
+    q, k: [L, K]; v: [L, V]; log_decay: [L] (symmetric convention); rows: query indices.
+  """
+  decay = np.exp(np.asarray(log_decay, np.float64))
+  q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
+  out = []
+  for i in rows:
+    mask = np.ones(len(decay))
+    for j in range(i - 1, -1, -1):  # M_ij = M_i,j+1 · λ_{j+1}
+      mask[j] = mask[j + 1] * decay[j + 1]
+    for j in range(i + 1, len(decay)):  # M_ij = M_i,j-1 · λ_j
+      mask[j] = mask[j - 1] * decay[j]
+    weights = (k @ q[i]) * mask
+    out.append(weights @ v / (weights.sum() + 1e-6))
+  return np.array(out)
+
+
+@pytest.mark.parametrize("form", ["chunk_scan", "rnn"])
+def test_float32_is_stable_at_length_16384(form):
+  length = 16384
+  rng = np.random.default_rng(7)
+  q = rng.uniform(0.05, 1.0, (1, length, 1, 8)).astype(np.float32)
+  k = rng.uniform(0.05, 1.0, (1, length, 1, 8)).astype(np.float32)
+  v = rng.normal(size=(1, length, 1, 8)).astype(np.float32)
+  log_decay = np.log(rng.uniform(0.5, 0.9999, (1, length, 1))).astype(np.float32)
+  rows = [0, 1, 5000, 9999, length - 2, length - 1]
+
+  def loss(q, k, v, log_decay):
+    out = lion_attention(q, k, v, log_decay, form=form)
+    return jnp.sum(out ** 2), out
+
+  (_, out), grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2, 3), has_aux=True))(
+      q, k, v, log_decay)
+  for g in grads:
+    assert np.all(np.isfinite(g))
+  expected = reference_rows(q[0, :, 0], k[0, :, 0], v[0, :, 0], log_decay[0, :, 0], rows)
+  np.testing.assert_allclose(np.asarray(out)[0, rows, 0], expected, rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("log_range", [(-40.0, -20.0), (-1e-9, 0.0)], ids=["to_zero", "to_one"])
+def test_extreme_decays_stay_finite_and_exact(log_range):
+  rng = np.random.default_rng(8)
+  q, k, v, _, key_mask = make_inputs(37, "lit", seed=9)
+  log_decay = rng.uniform(*log_range, (B, 37, H, V))
+  expected = reference_lion(q, k, v, log_decay, key_mask=key_mask)
+  with jax.enable_x64(True):
+    for form in FORMS:
+      got = compiled(form, "symmetric", "after", True)(q, k, v, log_decay, key_mask)
+      np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-10, err_msg=form)
+  for form in FORMS:
+    got = compiled(form, "symmetric", "after", True)(
+        *(np.asarray(x, np.float32) for x in (q, k, v, log_decay)), key_mask)
+    assert np.all(np.isfinite(got)), form
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5, err_msg=form)
+
+
+def test_symmetric_mask_is_symmetric_and_code_mask_is_the_release_products():
+  decay = np.random.default_rng(10).uniform(0.3, 0.99, (19, 3))  # [L, channels]
+  with jax.enable_x64(True):
+    symmetric = np.asarray(lion_mask(jnp.log(decay.T), "symmetric"))  # [channels, L, L]
+    code = np.asarray(lion_mask(jnp.log(decay.T), "code"))
+  np.testing.assert_allclose(symmetric, np.swapaxes(symmetric, -1, -2), rtol=1e-14)
+  np.testing.assert_allclose(symmetric, np.moveaxis(reference_mask(decay, "symmetric"), -1, 0),
+                             rtol=1e-12)
+  np.testing.assert_allclose(code, np.moveaxis(reference_mask(decay, "code"), -1, 0), rtol=1e-12)
+  assert not np.allclose(code, np.swapaxes(code, -1, -2))
+
+
+def test_fixed_decay_mask_is_toeplitz():
+  log_decay = np.log(np.array([0.9, 0.5]))
+  with jax.enable_x64(True):
+    constant = jnp.broadcast_to(jnp.asarray(log_decay)[:, None], (2, 13))
+    np.testing.assert_allclose(lion_mask(constant), toeplitz_mask(jnp.asarray(log_decay), 13),
+                               rtol=1e-13)
+
+
+def test_bidirectional_output_is_forward_recurrence_plus_flipped_one():
+  """Theorem 3.3: the unnormalised output is a causal pass plus the causal pass on the flipped
+  sequence (decays flipped and shifted right by one), with the diagonal counted once."""
+  q, k, v, log_decay, _ = make_inputs(23, "selective", seed=11)
+  expected = reference_lion(q, k, v, log_decay, normalize="none")
+  with jax.enable_x64(True):
+    q, k, v = (jnp.asarray(x) for x in (q, k, v))
+    gate = jnp.asarray(log_decay)[..., None]  # [B, L, H, 1]
+    forward = recurrent.causal_rnn(q, k, v, gate)
+    flip = lambda x: jnp.flip(x, axis=1)
+    backward = flip(recurrent.causal_rnn(flip(q), flip(k), flip(v), backward_gate_flipped(gate)))
+    diagonal = jnp.einsum("blhk,blhk->blh", q, k)[..., None] * v
+    np.testing.assert_allclose(forward + backward - diagonal, expected, rtol=1e-10, atol=1e-10)
+
+
+def test_reversing_inputs_and_realigning_decays_reverses_outputs():
+  q, k, v, log_decay, _ = make_inputs(17, "selective_vector", seed=12)
+  flip = lambda x: x[:, ::-1]
+  # Symmetric convention: the edge between t-1 and t carries λ_t; reversed, that edge carries
+  # the decay now at the later position, i.e. the flipped decays shifted right by one.
+  realigned = np.concatenate([np.zeros_like(log_decay[:, :1]), flip(log_decay)[:, :-1]], axis=1)
+  with jax.enable_x64(True):
+    for form in FORMS:
+      out = compiled(form, "symmetric", "after", False)(q, k, v, log_decay, None)
+      out_reversed = compiled(form, "symmetric", "after", False)(flip(q), flip(k), flip(v),
+                                                                 realigned, None)
+      np.testing.assert_allclose(flip(np.asarray(out_reversed)), out, rtol=1e-10, err_msg=form)
+
+
+def test_vector_normaliser_is_the_numerator_with_unit_values():
+  q, k, v, log_decay, key_mask = make_inputs(15, "selective_vector", seed=13)
+  with jax.enable_x64(True):
+    numerator = lion_attention(q, k, v, log_decay, normalize="none", key_mask=key_mask)
+    denominator = lion_attention(q, k, np.ones_like(v), log_decay, normalize="none",
+                                 key_mask=key_mask)
+    scaled = lion_attention(q, k, v, log_decay, normalize="after", key_mask=key_mask, eps=0.0)
+  np.testing.assert_allclose(scaled, numerator / denominator, rtol=1e-12)
+
+
+def test_auto_picks_attention_for_one_chunk_and_chunk_scan_beyond():
+  from lion_jax import resolve_form
+  assert resolve_form("auto", 64, 64).value == "attention"
+  assert resolve_form("auto", 65, 64).value == "chunk_scan"
+  assert resolve_form("rnn", 10_000, 64).value == "rnn"
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(log_decay=np.zeros((3, 3), np.float32)), "log_decay has shape"),
+    (dict(form="flash"), "form='flash' is not one of"),
+    (dict(normalize="sometimes"), "normalize='sometimes'"),
+    (dict(convention="mirror"), "mirror"),
+    (dict(key_mask=np.ones((2, 5), bool)), "key_mask has shape"),
+])
+def test_bad_arguments_say_what_is_expected(kwargs, message):
+  q, k, v, _, _ = (None if x is None else np.float32(x) for x in make_inputs(7, "lit"))
+  with pytest.raises(ValueError, match=message):
+    lion_attention(q, k, v, **kwargs)
+
+
+def test_reference_expands_every_decay_shape_like_the_docs_say():
+  """Guards the reference itself: [H] and [H, V] are per head / channel, constant in time."""
+  a = expand_log_decay(np.array([-1.0, -2.0]), 1, 3, 2, 2)
+  assert a.shape == (1, 3, 2, 2) and np.all(a[0, :, 1] == -2.0)
