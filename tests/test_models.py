@@ -176,3 +176,16 @@ def test_bfloat16_compute_keeps_float32_parameters_and_logits():
   reference, logits = run(full, x, lengths), run(half, x, lengths)
   assert logits.dtype == jnp.float32
   np.testing.assert_allclose(logits, reference, atol=0.05 * float(jnp.abs(reference).max()))
+
+
+def test_empty_rows_are_inert_in_train_mode():
+  # A trainer may fill a short final batch with length-0 rows: they must not move BatchNorm
+  # statistics or other examples' logits, and their own logits must stay finite.
+  model = build("listops", v_init="lecun")
+  x, lengths = batch_for("listops")
+  filler = jax.random.randint(jax.random.key(9), (2, x.shape[1]), 0, 16)
+  run = nnx.jit(lambda m, x, n: (m(x, n), nnx.state(m, nnx.BatchStat)))
+  reference = run(nnx.clone(model), x, lengths)
+  logits, stats = run(model, jnp.concatenate([x, filler]), jnp.concatenate([lengths, jnp.zeros(2, int)]))
+  assert np.all(np.isfinite(logits))
+  assert_trees_close((logits[:3], stats), reference)
