@@ -22,7 +22,7 @@ test-all: $(STAMP)
 	$(PY) -m pytest -q -n 2 tests
 
 demo: $(STAMP)
-	$(PY) -m lion_jax.demo
+	$(PY) -m lra.demo
 
 bench: $(STAMP)
 	$(PY) bench/forms.py --quick
