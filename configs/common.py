@@ -24,6 +24,8 @@ from ml_collections import config_dict
 
 from lion_jax.config import ModelConfig, preset
 
+from configs.ablations import ABLATION_VARIANTS, cpu_preset
+
 TASKS = ("listops", "text", "retrieval", "image", "pathfinder", "pathx")
 
 # Where the data lives unless --config.data_dir says otherwise.
@@ -43,6 +45,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     # LION-LIT: no decay at all (expected to fail on LRA, Table 3).
     "lion_lit": {"model.decay": "lit"},
 }
+# The Table 3 "w/o HiPPO" rows and the Table 6 ablations ([1]-[7]).
+VARIANTS.update(ABLATION_VARIANTS)
 
 # What `runlocal` shrinks (any task then finishes in about a minute on a 2-core CPU).
 RUNLOCAL = {
@@ -148,7 +152,7 @@ def get_base_config(task: str, arg: str | None, *, batch_size: int, num_epochs: 
     (config, args): the config, unlocked, for the caller to adjust and return, and the
     parsed argument (`variant`, `runlocal` and the `extra_args` keys).
   """
-  args = parse_arg(arg, variant="lion_s", runlocal=False, **(extra_args or {}))
+  args = parse_arg(arg, variant="lion_s", runlocal=False, cpu=False, **(extra_args or {}))
   if args.variant not in VARIANTS:
     raise ValueError(f"unknown variant {args.variant!r}; known variants: {', '.join(VARIANTS)}")
   config = config_dict.ConfigDict()
@@ -203,6 +207,8 @@ def get_base_config(task: str, arg: str | None, *, batch_size: int, num_epochs: 
   # The model: exactly the fields of `lion_jax.config.ModelConfig`, from the task preset.
   config.model = model_config_dict(task)
   set_fields(config, VARIANTS[args.variant], f"variant {args.variant!r}")
+  if args.cpu:  # a small model and short run on the task's data (configs/ablations.py)
+    set_fields(config, cpu_preset(task), "cpu")
   if args.runlocal:
     set_fields(config, RUNLOCAL, "runlocal")
   return config, args
