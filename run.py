@@ -24,24 +24,37 @@ flags.DEFINE_enum("mode", "train", ["train", "eval"], "train (or resume), or eva
 flags.DEFINE_enum("split", "test", ["test", "val"], "Split evaluated in eval mode.")
 config_flags.DEFINE_config_file("config", None, "configs/<task>.py:<variant>[,runlocal]", lock_config=True)
 
-# Cluster environments under which jax.distributed.initialize() finds its peers itself.
-_CLUSTER_ENV = ("JAX_COORDINATOR_ADDRESS", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS", "TPU_WORKER_HOSTNAMES")
+# Launchers whose environment jax.distributed.initialize() reads by itself: variable -> world size.
+_CLUSTER_SIZE_ENV = ("OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS")
+
+
+def _flag_value(argv: list[str], name: str) -> str | None:
+  """The value of `--name=v` or `--name v` in argv, else None."""
+  for i, arg in enumerate(argv):
+    if arg.startswith(f"--{name}="):
+      return arg.split("=", 1)[1]
+    if arg == f"--{name}" and i + 1 < len(argv):
+      return argv[i + 1]
+  return None
 
 
 def _default_eval_config(argv: list[str]) -> list[str]:
   """In eval mode without --config, reads the config from the workdir (configs/workdir.py)."""
-  has = lambda name: any(a == f"--{name}" or a.startswith(f"--{name}=") for a in argv)
-  value = lambda name: next((argv[i + 1] if a == f"--{name}" else a.split("=", 1)[1])
-                            for i, a in enumerate(argv) if a == f"--{name}" or a.startswith(f"--{name}="))
-  if has("mode") and value("mode") == "eval" and not has("config") and has("workdir"):
+  workdir = _flag_value(argv, "workdir")
+  if _flag_value(argv, "mode") == "eval" and _flag_value(argv, "config") is None and workdir:
     workdir_config = Path(__file__).resolve().parent / "configs" / "workdir.py"
-    return [argv[0], f"--config={workdir_config}:{value('workdir')}", *argv[1:]]
+    return [argv[0], f"--config={workdir_config}:{workdir}", *argv[1:]]
   return argv
 
 
 def _maybe_initialize_distributed() -> None:
+  """Joins a multi-host job: explicit JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES /
+  JAX_PROCESS_ID, or an Open MPI / SLURM launch of more than one process."""
   import jax  # pylint: disable=import-outside-toplevel
-  if any(os.environ.get(name) for name in _CLUSTER_ENV) and int(os.environ.get("SLURM_NTASKS", "2")) > 1:
+  if os.environ.get("JAX_COORDINATOR_ADDRESS"):
+    jax.distributed.initialize(os.environ["JAX_COORDINATOR_ADDRESS"],
+                               int(os.environ["JAX_NUM_PROCESSES"]), int(os.environ["JAX_PROCESS_ID"]))
+  elif any(int(os.environ.get(name, "1")) > 1 for name in _CLUSTER_SIZE_ENV):
     jax.distributed.initialize()
   logging.info("process %d of %d, devices: %s", jax.process_index(), jax.process_count(), jax.devices())
 

@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
       ("curves", str(workdir / "curves.png")),
   ]
   width = max(len(name) for name, _ in rows)
-  print("\nLION-S on short ListOps (lengths 100-300), 2-core CPU")
+  print("\nLION-S on short ListOps (50-150 tokens), CPU")
   for name, value in rows:
     print(f"  {name:<{width}}  {value}")
   ok = results["test_accuracy"] >= baseline + MARGIN

@@ -250,9 +250,12 @@ def train_and_evaluate(config: config_dict.ConfigDict, workdir: str,
 
   results = _test_best(config, workdir, ckpt, setup, splits, eval_fn, eval_batch_size, progress)
   ckpt.close()
+  rate = timed_steps * batch_size / train_seconds if timed_steps else None
+  if rate is None and (workdir / RESULTS_FILE).exists():  # rerun of a finished run: keep its rate
+    rate = json.loads((workdir / RESULTS_FILE).read_text()).get("train_examples_per_sec")
   results.update(
       num_params=setup.num_params, total_steps=total_steps, task=config.task, eval_form=form,
-      train_examples_per_sec=(timed_steps * batch_size / train_seconds) if train_seconds else None,
+      train_examples_per_sec=rate,
       compiles={"train_step": train_fn._cache_size(), "eval_step": eval_fn._cache_size()})
   if is_main:
     (workdir / RESULTS_FILE).write_text(json.dumps(results, indent=2) + "\n")
