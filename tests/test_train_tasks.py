@@ -28,16 +28,16 @@ def _fixture_data(task, root):
   return root
 
 
-@pytest.mark.parametrize("task", ["listops", "text", "retrieval", "image", "pathfinder",
-                                  pytest.param("pathx", marks=pytest.mark.slow)])  # L = 16384: ~1 min
-def test_runlocal_trains_and_tests_every_task(task, tmp_path):
-  config = importlib.import_module(f"configs.{task}").get_config("lion_s,runlocal")
+def tiny_runlocal_config(task, root, arg="lion_s,runlocal"):
+  """The task's runlocal config shrunk to 1 layer, width 16, 2 steps of batch 2 on data under
+  `root` (generated for ListOps/Pathfinder, fixture files otherwise). Reusable by other tests."""
+  config = importlib.import_module(f"configs.{task}").get_config(arg)
   if task in ("listops", "pathfinder"):  # the config's own generator settings, made smaller
-    config.data_dir = str(tmp_path / "data")
+    config.data_dir = str(root)
     config.generate.update({"listops": dict(num_train=16, num_val=8, num_test=8, min_length=5,
                                             max_length=30), "pathfinder": dict(num=40)}[task])
   else:
-    config.data_dir = str(_fixture_data(task, tmp_path / "data"))
+    config.data_dir = str(_fixture_data(task, root))
     config.generate = {}
   if config.seq_len:
     config.seq_len = 32
@@ -45,6 +45,13 @@ def test_runlocal_trains_and_tests_every_task(task, tmp_path):
   if task == "pathx":
     config.model.chunk_size = 128  # L = 16384: fewer, larger chunks
   config.update(dict(batch_size=2, num_train_steps=2, eval_every_steps=2, max_examples=8))
+  return config
+
+
+@pytest.mark.parametrize("task", ["listops", "text", "retrieval", "image", "pathfinder",
+                                  pytest.param("pathx", marks=pytest.mark.slow)])  # L = 16384: ~1 min
+def test_runlocal_trains_and_tests_every_task(task, tmp_path):
+  config = tiny_runlocal_config(task, tmp_path / "data")
   results = train.train_and_evaluate(config, str(tmp_path / "run"), progress=False)
   assert json.loads((tmp_path / "run" / "results.json").read_text())["best_step"] == 2
   assert 0.0 <= results["test_accuracy"] <= 1.0 and results["test_examples"] > 0
