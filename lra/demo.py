@@ -36,7 +36,9 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--workdir", default="runs/demo")
   parser.add_argument("--fresh", action="store_true", help="delete the workdir first")
   args = parser.parse_args(argv)
-  logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+  # force: an imported library has already configured the root logger at WARNING.
+  logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S",
+                      force=True)
   workdir = Path(args.workdir)
   if args.fresh and workdir.exists():
     shutil.rmtree(workdir)

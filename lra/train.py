@@ -197,7 +197,7 @@ def train_and_evaluate(config: config_dict.ConfigDict, workdir: str,
                   dynamic_ncols=True)
   timed_steps, train_seconds, tic = 0, 0.0, None
 
-  def flush(step: int) -> None:
+  def flush() -> None:
     """Fetches pending step metrics, stops on a non-finite value, adds them to the sums."""
     for s, values in jax.device_get(pending):
       if not (math.isfinite(values["loss_sum"]) and math.isfinite(values["grad_norm"])):
@@ -227,10 +227,10 @@ def train_and_evaluate(config: config_dict.ConfigDict, workdir: str,
       is_ckpt, is_last = step % ckpt_every == 0, step == total_steps
       if not (is_log or is_eval or is_ckpt or is_last):
         continue
-      flush(step)
+      flush()
       train_seconds += time.perf_counter() - tic
       if is_log or is_last:
-        _log_train(writer, bar, step, train_sums, setup, config, total_steps, steps_per_epoch)
+        _log_train(writer, bar, step, train_sums, total_steps, steps_per_epoch)
         train_sums = {}
       if is_eval or is_last:
         val = metrics.averages(
@@ -268,7 +268,7 @@ def _meta(meta: dict, step: int, train_iter, train_sums: dict) -> dict:
           "train_sums": dict(train_sums)}
 
 
-def _log_train(writer, bar, step, train_sums, setup, config, total_steps, steps_per_epoch):
+def _log_train(writer, bar, step, train_sums, total_steps, steps_per_epoch):
   n = max(train_sums.pop("steps", 1.0), 1.0)
   # Norms are averaged over the steps of the interval; loss/accuracy over the examples.
   values = metrics.averages({k: (v / n if k.endswith("norm") else v)
