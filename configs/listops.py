@@ -34,7 +34,7 @@ def get_config(arg=None):
 
 
 def _demo(config):
-  """Short ListOps and a small LION-S that learns it in ~10 minutes on a 2-core CPU.
+  """Short ListOps and a small LION-S that learns it in ~6 minutes on a shared 2-core CPU.
 
   Expressions of 50-150 tokens instead of 500-2000. The HiPPO timescales are scaled to the
   shorter inputs (Δ in [0.01, 1] instead of [0.001, 0.1], i.e. memories of ~2-200 tokens
