@@ -1,0 +1,315 @@
+r"""Runs every task × variant × seed of an LRA sweep in its own workdir, then tabulates the results.
+
+    python -m lra.sweep --tasks listops,pathfinder --variants table3,table6 --workdir runs/sweep \
+        [--runlocal] [--cpu] [--seeds 0,1,2] [--parallel N] [--set field=value ...]
+    python -m lra.sweep ... --list          # print the commands of unfinished runs, run nothing
+    python -m lra.sweep ... --report-only   # only rewrite the tables from finished runs
+
+Run `<workdir>/<task>/<variant>/seed<k>` is `python run.py --config
+configs/<task>.py:<variant>[,runlocal][,cpu] --workdir ... --config.seed=<k> --config.<field>=<value>`,
+in a subprocess whose output goes to `sweep.log` in its workdir. A run is finished when its
+workdir holds `results.json` and is then skipped; any other run is (re)started with the same
+command, and the trainer resumes it from its latest checkpoint, so a killed sweep continues
+where it stopped. A run that exits with an error (e.g. non-finite loss, which ablation [7] is
+expected to hit) gets `failed.json` and shows as ✗; `--retry-failed` runs it again.
+
+The tables go to `--out` (default: the sweep's workdir): `results.csv` (one row per run),
+`results.md` (rows = variants, columns = tasks, mean ± sample std over seeds with the paper's
+number beside each; `configs/ablations.PAPER`) and `results.png` (bars per task).
+
+`--list` prints one shell command per unfinished run for a cluster scheduler (generate the
+data first with `--prepare-only`: parallel jobs must not generate the same data set at once).
+Variant groups: `table3`, `table6` (`configs/ablations.GROUPS`) and `all`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from concurrent import futures
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from configs import ablations, common
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS_FILE = "results.json"  # written by lra.train at the end of a run
+FAILED_FILE = "failed.json"
+LOCK_FILE = "sweep.lock"
+LOG_FILE = "sweep.log"
+COMMAND_FILE = "command.txt"
+
+
+@dataclass(frozen=True)
+class Run:
+  """One task × variant × seed and the command that trains it."""
+  task: str
+  variant: str
+  seed: int
+  workdir: Path
+  command: tuple[str, ...] = field(compare=False)
+
+  @property
+  def name(self) -> str:
+    return f"{self.task}/{self.variant}/seed{self.seed}"
+
+
+def expand_variants(spec: str) -> list[str]:
+  """`"table3,abl2_relu"` -> variant names in order, groups expanded, duplicates dropped.
+
+  Raises:
+    ValueError: for a name that is neither a variant nor a group.
+  """
+  names: list[str] = []
+  for item in (s.strip() for s in spec.split(",") if s.strip()):
+    if item == "all":
+      group = tuple(common.VARIANTS)
+    elif item in ablations.GROUPS:
+      group = ablations.GROUPS[item]
+    elif item in common.VARIANTS:
+      group = (item,)
+    else:
+      raise ValueError(f"unknown variant or group {item!r}; groups: all, "
+                       f"{', '.join(ablations.GROUPS)}; variants: {', '.join(common.VARIANTS)}")
+    names += [n for n in group if n not in names]
+  return names
+
+
+def _split_list(spec: str, allowed: tuple[str, ...], what: str) -> list[str]:
+  items = [s.strip() for s in spec.split(",") if s.strip()]
+  bad = [s for s in items if s not in allowed]
+  if bad or not items:
+    raise ValueError(f"bad {what} {spec!r}; choose from {', '.join(allowed)}")
+  return items
+
+
+def plan(tasks: list[str], variants: list[str], seeds: list[int], workdir: str | Path, *,
+         flags: tuple[str, ...] = (), sets: tuple[str, ...] = (),
+         python: str = sys.executable) -> list[Run]:
+  """Every run of the grid, task-major (all of one task's runs are adjacent).
+
+  Args:
+    tasks, variants, seeds: the grid.
+    workdir: root folder of the sweep.
+    flags: config flags appended to the variant (`runlocal`, `cpu`).
+    sets: `field=value` overrides passed on as `--config.field=value`.
+    python: interpreter written into the commands.
+  """
+  for item in sets:
+    if "=" not in item or item.startswith("seed="):
+      raise ValueError(f"--set takes field=value (not seed, which --seeds sets), got {item!r}")
+  # Relative paths when run from the repository root keep the listed commands readable.
+  base = Path() if Path.cwd().resolve() == ROOT else ROOT
+  runs = []
+  for task in tasks:
+    for variant in variants:
+      for seed in seeds:
+        run_dir = Path(workdir) / task / variant / f"seed{seed}"
+        arg = ",".join([variant, *flags])
+        command = (python, str(base / "run.py"), f"--config={base / 'configs' / task}.py:{arg}",
+                   f"--workdir={run_dir}", f"--config.seed={seed}",
+                   *(f"--config.{item}" for item in sets))
+        runs.append(Run(task, variant, seed, run_dir, command))
+  return runs
+
+
+def _pid_alive(pid: int) -> bool:
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  except PermissionError:
+    return True
+  return True
+
+
+def status(run: Run) -> str:
+  """"done", "failed", "running" (another live sweep holds it), "partial" or "new"."""
+  if (run.workdir / RESULTS_FILE).exists():
+    return "done"
+  if (run.workdir / FAILED_FILE).exists():
+    return "failed"
+  lock = run.workdir / LOCK_FILE
+  if lock.exists():
+    try:
+      if _pid_alive(int(lock.read_text().split()[0])):
+        return "running"
+    except (ValueError, IndexError, OSError):
+      pass
+  return "partial" if (run.workdir / "checkpoints").exists() else "new"
+
+
+try:  # loaded here, not in the forked child, where dlopen could deadlock on a held lock
+  _LIBC = ctypes.CDLL("libc.so.6", use_errno=True)
+except OSError:
+  _LIBC = None
+
+
+def _die_with_parent() -> None:
+  """In the child: get SIGTERM when the sweep dies (even by SIGKILL), so no orphan keeps
+  training while a restarted sweep resumes the same workdir (Linux; a no-op elsewhere)."""
+  if _LIBC is not None:
+    _LIBC.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def execute(run: Run, stop: threading.Event | None = None) -> str:
+  """Trains (or resumes) one run in a subprocess; returns its status afterwards."""
+  run.workdir.mkdir(parents=True, exist_ok=True)
+  lock = run.workdir / LOCK_FILE
+  lock.write_text(f"{os.getpid()}\n")
+  try:
+    (run.workdir / COMMAND_FILE).write_text(shlex.join(run.command) + "\n")
+    with open(run.workdir / LOG_FILE, "a", encoding="utf-8") as log:
+      log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} {shlex.join(run.command)}\n")
+      log.flush()
+      proc = subprocess.run(run.command, stdout=log, stderr=subprocess.STDOUT, check=False,
+                            preexec_fn=_die_with_parent if _LIBC is not None else None)
+    # > 0: the trainer raised. < 0: killed by a signal (the sweep was stopped); it resumes later.
+    if proc.returncode > 0 and not (stop and stop.is_set()):
+      tail = (run.workdir / LOG_FILE).read_text(encoding="utf-8").splitlines()[-30:]
+      errors = [line for line in tail if "Error" in line or "error" in line]
+      (run.workdir / FAILED_FILE).write_text(json.dumps(
+          {"returncode": proc.returncode, "error": errors[-1] if errors else "",
+           "diverged": any("NonFiniteError" in line for line in tail)}, indent=2) + "\n")
+  finally:
+    lock.unlink(missing_ok=True)
+  return status(run)
+
+
+def prepare_data(runs: list[Run]) -> None:
+  """Generates each task's data once, in this process, before runs share it in parallel.
+
+  Only tasks whose config has `generate` set and whose data is missing do any work.
+  """
+  from absl import flags as absl_flags  # pylint: disable=import-outside-toplevel
+  from ml_collections import config_flags  # pylint: disable=import-outside-toplevel
+  from lra import train  # pylint: disable=import-outside-toplevel  (imports jax)
+  seen = set()
+  for run in runs:
+    if run.task in seen:
+      continue
+    seen.add(run.task)
+    argv = ["sweep", *(a for a in run.command[2:] if not a.startswith("--workdir"))]
+    values = absl_flags.FlagValues()
+    config_flags.DEFINE_config_file("config", None, flag_values=values, sys_argv=argv)
+    try:
+      values(argv)
+    except Exception as error:  # pylint: disable=broad-except  (each run then fails and says why)
+      print(f"sweep: cannot build the {run.task} config ({error}); not preparing its data",
+            file=sys.stderr)
+      continue
+    if values.config.generate:
+      print(f"sweep: checking {run.task} data under {values.config.data_dir}", flush=True)
+      train.load_data(values.config)
+
+
+def run_all(runs: list[Run], parallel: int = 1, retry_failed: bool = False) -> dict[str, int]:
+  """Executes every unfinished run with `parallel` workers; returns counts per final status."""
+  todo = []
+  for run in runs:
+    state = status(run)
+    if state == "failed" and retry_failed:
+      (run.workdir / FAILED_FILE).unlink()
+      state = status(run)
+    if state in ("new", "partial"):
+      todo.append(run)
+    elif state == "done":
+      _warn_if_changed(run)
+  print(f"sweep: {len(runs)} runs, {len(runs) - len(todo)} finished, failed or running "
+        f"elsewhere, {len(todo)} to run with {parallel} in parallel", flush=True)
+  if todo:
+    prepare_data(todo)
+  stop = threading.Event()
+  counts: dict[str, int] = {}
+  with futures.ThreadPoolExecutor(max_workers=max(parallel, 1)) as pool:
+    tic = time.time()
+    jobs = {pool.submit(_timed, run, stop): run for run in todo}
+    try:
+      for i, job in enumerate(futures.as_completed(jobs), 1):
+        run, (state, seconds) = jobs[job], job.result()
+        counts[state] = counts.get(state, 0) + 1
+        print(f"sweep: [{i}/{len(todo)}] {run.name}: {state} after {seconds:.0f} s "
+              f"({time.time() - tic:.0f} s elapsed){_brief(run)}", flush=True)
+    except KeyboardInterrupt:
+      stop.set()  # the children got the same SIGINT; queued runs are not started
+      pool.shutdown(wait=True, cancel_futures=True)
+      raise
+  return counts
+
+
+def _timed(run: Run, stop: threading.Event) -> tuple[str, float]:
+  if stop.is_set():
+    return status(run), 0.0
+  tic = time.time()
+  return execute(run, stop), time.time() - tic
+
+
+def _brief(run: Run) -> str:
+  path = run.workdir / RESULTS_FILE
+  if path.exists():
+    return f", test accuracy {100 * json.loads(path.read_text())['test_accuracy']:.2f}%"
+  return f", see {run.workdir / LOG_FILE}"
+
+
+def _warn_if_changed(run: Run) -> None:
+  """A finished run is never retrained; say so when its recorded command differs."""
+  path = run.workdir / COMMAND_FILE
+  if path.exists() and path.read_text().strip() != shlex.join(run.command):
+    print(f"sweep: warning: {run.name} finished with a different command (kept): "
+          f"{path.read_text().strip()}", file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument("--tasks", default="listops,pathfinder", help="comma list of " + ",".join(common.TASKS))
+  parser.add_argument("--variants", default="table3", help="comma list of variants and groups")
+  parser.add_argument("--workdir", required=True, help="root folder of the sweep")
+  parser.add_argument("--seeds", default="0", help="comma list of seeds")
+  parser.add_argument("--runlocal", action="store_true", help="tiny smoke runs (configs/common.RUNLOCAL)")
+  parser.add_argument("--cpu", action="store_true", help="the reduced CPU preset (configs/ablations.py)")
+  parser.add_argument("--set", dest="sets", action="append", default=[], metavar="FIELD=VALUE",
+                      help="config override for every run, e.g. --set num_train_steps=100")
+  parser.add_argument("--parallel", type=int, default=1, help="runs at a time")
+  parser.add_argument("--list", "--dry-run", dest="list", action="store_true",
+                      help="print the commands of unfinished runs and exit")
+  parser.add_argument("--prepare-only", action="store_true", help="generate missing data and exit")
+  parser.add_argument("--report-only", action="store_true", help="only write the tables")
+  parser.add_argument("--retry-failed", action="store_true", help="rerun runs that exited with an error")
+  parser.add_argument("--out", default=None, help="folder of results.{csv,md,png} (default: --workdir)")
+  parser.add_argument("--python", default=sys.executable, help="interpreter in the commands")
+  args = parser.parse_args(argv)
+
+  tasks = _split_list(args.tasks, common.TASKS, "--tasks")
+  variants = expand_variants(args.variants)
+  seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+  flags = tuple(f for f in ("runlocal", "cpu") if getattr(args, f))
+  runs = plan(tasks, variants, seeds, args.workdir, flags=flags, sets=tuple(args.sets),
+              python=args.python)
+  if args.list:
+    for run in runs:
+      if status(run) != "done":
+        print(shlex.join(run.command))
+    return 0
+  if args.prepare_only:
+    prepare_data(runs)
+    return 0
+  counts = {} if args.report_only else run_all(runs, args.parallel, args.retry_failed)
+  from lra import sweep_report  # pylint: disable=import-outside-toplevel  (matplotlib)
+  out = Path(args.out or args.workdir)
+  paths = sweep_report.write_reports(runs, out, tasks, variants, settings=" ".join(
+      [f"--{f}" for f in flags] + [f"--set {s}" for s in args.sets]))
+  print(f"sweep: wrote {', '.join(str(p) for p in paths)}")
+  return 1 if counts.get("failed") else 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,0 +1,168 @@
+"""The tables and plot of an `lra.sweep`: results.csv, results.md (laid out like the paper's
+Tables 3 and 6, our mean ± std beside the paper's number) and results.png.
+
+Accuracies are test accuracy at the best-validation checkpoint, in percent. The std is the
+sample standard deviation over seeds (n − 1); a single seed shows no ±.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import statistics
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from configs import ablations
+
+if TYPE_CHECKING:
+  from lra.sweep import Run
+
+CSV_FIELDS = ("task", "variant", "seed", "status", "test_accuracy", "best_val_accuracy",
+              "best_step", "total_steps", "num_params", "train_examples_per_sec", "paper",
+              "error", "workdir")
+
+
+def collect(runs: list[Run]) -> list[dict]:
+  """One record per run: its status and, when finished, its results (accuracies in %)."""
+  from lra.sweep import FAILED_FILE, RESULTS_FILE, status  # pylint: disable=import-outside-toplevel
+  records = []
+  for run in runs:
+    record = {"task": run.task, "variant": run.variant, "seed": run.seed, "status": status(run),
+              "paper": ablations.PAPER.get(run.variant, {}).get(run.task), "error": "",
+              "workdir": str(run.workdir)}
+    if record["status"] == "done":
+      results = json.loads((run.workdir / RESULTS_FILE).read_text())
+      record.update({k: results.get(k) for k in CSV_FIELDS if k in results})
+      for key in ("test_accuracy", "best_val_accuracy"):
+        record[key] = round(100 * results[key], 4)
+    elif record["status"] == "failed":
+      failed = json.loads((run.workdir / FAILED_FILE).read_text())
+      record["error"] = "diverged" if failed.get("diverged") else failed.get("error", "")
+    records.append(record)
+  return records
+
+
+def write_csv(records: list[dict], path: Path) -> None:
+  with open(path, "w", newline="", encoding="utf-8") as f:
+    writer = csv.DictWriter(f, CSV_FIELDS, extrasaction="ignore")
+    writer.writeheader()
+    writer.writerows(records)
+
+
+def _summary(records: list[dict]) -> dict[tuple[str, str], dict]:
+  """(variant, task) -> {"values": [...], "failed": n, "diverged": n, "pending": n}."""
+  cells: dict[tuple[str, str], dict] = {}
+  for r in records:
+    cell = cells.setdefault((r["variant"], r["task"]),
+                            {"values": [], "failed": 0, "diverged": 0, "pending": 0})
+    if r["status"] == "done":
+      cell["values"].append(r["test_accuracy"])
+    elif r["status"] == "failed":
+      cell["failed"] += 1
+      cell["diverged"] += r["error"] == "diverged"
+    else:
+      cell["pending"] += 1
+  return cells
+
+
+def _mean_std(values: list[float]) -> tuple[float, float | None]:
+  return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else None
+
+
+def _paper(value: float | None) -> str:
+  return "✗" if value is None else f"{value:.2f}"
+
+
+def _cell(cell: dict, paper: float | None) -> str:
+  if cell["values"]:
+    mean, std = _mean_std(cell["values"])
+    ours = f"{mean:.2f}" + (f" ± {std:.2f}" if std is not None else "")
+  elif cell["failed"]:
+    ours = "✗ diverged" if cell["diverged"] == cell["failed"] else "✗ error"
+  else:
+    ours = "–"
+  notes = [f"{cell['failed']} ✗"] if cell["failed"] and cell["values"] else []
+  notes += [f"{cell['pending']} unfinished"] if cell["pending"] else []
+  return f"{ours} ({_paper(paper)})" + (f" [{', '.join(notes)}]" if notes else "")
+
+
+def markdown(records: list[dict], tasks: list[str], variants: list[str], settings: str = "") -> str:
+  """Rows = variants, columns = tasks (+ Avg when several), "ours (paper)" in each cell."""
+  cells = _summary(records)
+  seeds = sorted({r["seed"] for r in records})
+  head = [ablations.TASK_LABELS[t] for t in tasks] + (["Avg"] if len(tasks) > 1 else [])
+  lines = ["| Model | " + " | ".join(head) + " |", "|---|" + "---|" * len(head)]
+  for variant in variants:
+    paper = ablations.PAPER.get(variant, {})
+    row = [_cell(cells[(variant, t)], paper.get(t)) for t in tasks]
+    if len(tasks) > 1:
+      means = [_mean_std(cells[(variant, t)]["values"])[0] if cells[(variant, t)]["values"]
+               else None for t in tasks]
+      papers = [paper.get(t) for t in tasks]
+      ours = f"{statistics.fmean(means):.2f}" if None not in means else "–"
+      theirs = f"{statistics.fmean(papers):.2f}" if papers and None not in papers else "✗"
+      row.append(f"{ours} ({theirs})")
+    lines.append(f"| {ablations.LABELS.get(variant, variant)} | " + " | ".join(row) + " |")
+  done = sum(r["status"] == "done" for r in records)
+  notes = [
+      "",
+      f"Test accuracy (%) at the best-validation step: our mean ± sample std over seeds "
+      f"{', '.join(map(str, seeds))} ({done} of {len(records)} runs finished), and in "
+      "parentheses the paper's number (LION Tables 3 and 6; ✗ = the paper reports a failure "
+      "or no entry). `✗ diverged`: our run stopped on a non-finite loss. Avg: over the "
+      "columns shown, only when every column has a number.",
+  ]
+  if settings:
+    notes.append(f"Sweep settings: `{settings}`.")
+  return "\n".join(lines + notes) + "\n"
+
+
+def plot(records: list[dict], tasks: list[str], variants: list[str], path: Path) -> None:
+  """One panel per task: our mean (bar, seeds as dots, std as error bar) and the paper (tick)."""
+  import matplotlib  # pylint: disable=import-outside-toplevel
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+  cells = _summary(records)
+  fig, axes = plt.subplots(1, len(tasks), figsize=(1.0 + 0.55 * len(variants) * len(tasks), 4.2),
+                           squeeze=False, sharey=True)
+  for ax, task in zip(axes[0], tasks):
+    for x, variant in enumerate(variants):
+      cell, paper = cells[(variant, task)], ablations.PAPER.get(variant, {}).get(task)
+      if cell["values"]:
+        mean, std = _mean_std(cell["values"])
+        ax.bar(x, mean, color="C0", alpha=0.8, yerr=std, capsize=3,
+               label="ours (mean over seeds)" if x == 0 else None)
+        ax.plot([x] * len(cell["values"]), cell["values"], "k.", ms=4)
+      elif cell["failed"]:
+        ax.plot(x, 2, "rx", ms=8, label="ours: diverged/error")
+      if paper is not None:
+        ax.plot([x - 0.4, x + 0.4], [paper, paper], color="C3", lw=2,
+                label="paper" if x == 0 else None)
+    ax.set_title(ablations.TASK_LABELS[task])
+    ax.set_xticks(range(len(variants)))
+    ax.set_xticklabels([ablations.LABELS.get(v, v) for v in variants], rotation=60, ha="right",
+                       fontsize=8)
+    ax.set_ylim(0, 100)
+    ax.grid(axis="y", alpha=0.3)
+  axes[0][0].set_ylabel("test accuracy (%)")
+  handles = {}
+  for ax in axes[0]:
+    for handle, label in zip(*ax.get_legend_handles_labels()):
+      handles.setdefault(label, handle)
+  fig.legend(handles.values(), handles.keys(), loc="upper right", fontsize=8)
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+  plt.close(fig)
+
+
+def write_reports(runs: list[Run], out: Path, tasks: list[str], variants: list[str],
+                  settings: str = "") -> list[Path]:
+  """Writes results.csv, results.md and results.png into `out`; returns their paths."""
+  out.mkdir(parents=True, exist_ok=True)
+  records = collect(runs)
+  paths = [out / "results.csv", out / "results.md", out / "results.png"]
+  write_csv(records, paths[0])
+  paths[1].write_text(markdown(records, tasks, variants, settings), encoding="utf-8")
+  plot(records, tasks, variants, paths[2])
+  return paths

@@ -1,0 +1,119 @@
+"""`lra.sweep`: command listing, real runlocal runs in parallel, resume, failures, table layout."""
+
+import json
+import os
+import shlex
+
+import pytest
+
+from configs import ablations
+from lra import sweep, sweep_report
+
+# Each run: one tiny layer, 2 steps on a generated 16-example ListOps (as in test_train_tasks).
+TINY = ("num_train_steps=2", "eval_every_steps=2", "log_every_steps=1", "batch_size=2",
+        "max_examples=8", "seq_len=32", "model.d_model=16", "model.num_layers=1",
+        "model.chunk_size=8", "generate.num_train=16", "generate.num_val=8", "generate.num_test=8",
+        "generate.min_length=5", "generate.max_length=30")
+
+
+def test_variant_groups_expand_in_paper_order_without_duplicates():
+  assert sweep.expand_variants("table3") == list(ablations.GROUPS["table3"])
+  both = sweep.expand_variants("table3,table6")
+  assert len(both) == 12 and both[:5] == list(ablations.GROUPS["table3"])  # lion_s once
+  assert sweep.expand_variants("abl2_relu,lion_s,abl2_relu") == ["abl2_relu", "lion_s"]
+  with pytest.raises(ValueError, match="table9"):
+    sweep.expand_variants("table9")
+
+
+def test_list_prints_one_command_per_unfinished_run(tmp_path, capsys):
+  root = tmp_path / "sw"
+  argv = ["--tasks", "listops,pathfinder", "--variants", "table3", "--seeds", "0,1",
+          "--workdir", str(root), "--cpu", "--set", "num_train_steps=5", "--list"]
+  assert sweep.main(argv) == 0
+  lines = capsys.readouterr().out.splitlines()
+  assert len(lines) == 2 * 5 * 2
+  first = shlex.split(lines[0])
+  assert first[1].endswith("run.py") and first[2].endswith("configs/listops.py:lion_lit,cpu")
+  assert first[3:] == [f"--workdir={root}/listops/lion_lit/seed0", "--config.seed=0",
+                       "--config.num_train_steps=5"]
+  # A finished run (results.json) drops out of the listing; nothing was trained.
+  (root / "listops/lion_lit/seed0").mkdir(parents=True)
+  (root / "listops/lion_lit/seed0/results.json").write_text("{}")
+  assert sweep.main(argv) == 0
+  assert len(capsys.readouterr().out.splitlines()) == 19
+  with pytest.raises(ValueError, match="--seeds"):
+    sweep.plan(["listops"], ["lion_s"], [0], root, sets=("seed=3",))
+
+
+def test_sweep_trains_in_parallel_resumes_and_tabulates(tmp_path, capsys):
+  root, data = tmp_path / "sw", tmp_path / "data"
+  argv = ["--tasks", "listops", "--variants", "lion_lit,lion_s", "--workdir", str(root),
+          "--runlocal", "--parallel", "2", "--set", f"data_dir={data}",
+          *(a for s in TINY for a in ("--set", s))]
+  assert sweep.main(argv) == 0
+  assert "2 to run with 2 in parallel" in capsys.readouterr().out
+  runs = {r.variant: r for r in sweep.plan(["listops"], ["lion_lit", "lion_s"], [0], root)}
+  for run in runs.values():
+    results = json.loads((run.workdir / "results.json").read_text())
+    assert results["best_step"] == 2 and results["total_steps"] == 2
+    assert (run.workdir / "command.txt").exists() and not (run.workdir / "sweep.lock").exists()
+
+  table = (root / "results.md").read_text().splitlines()
+  assert table[0] == "| Model | ListOps |" and table[1] == "|---|---|"
+  assert table[2].startswith("| LION-LIT | ") and table[2].endswith(" (16.78) |")
+  assert table[3].startswith("| LION-S (w/ HiPPO) | ") and table[3].endswith(" (62.25) |")
+  csv_rows = (root / "results.csv").read_text().splitlines()
+  assert csv_rows[0].startswith("task,variant,seed,status,test_accuracy") and len(csv_rows) == 3
+  assert (root / "results.png").stat().st_size > 1000
+
+  # A run killed before it wrote results.json is resumed from its checkpoint; a finished
+  # run is left alone (same file, same mtime).
+  kept = runs["lion_s"].workdir / "results.json"
+  stamp = kept.stat().st_mtime_ns
+  (runs["lion_lit"].workdir / "results.json").unlink()
+  assert sweep.main(argv) == 0
+  assert "1 to run" in capsys.readouterr().out
+  assert kept.stat().st_mtime_ns == stamp
+  log = (runs["lion_lit"].workdir / "sweep.log").read_text()
+  assert log.count("=== ") == 2 and "resumed from step 2" in log
+  assert (runs["lion_lit"].workdir / "results.json").exists()
+
+
+def test_failed_run_is_recorded_skipped_and_retried(tmp_path, capsys):
+  argv = ["--tasks", "listops", "--variants", "lion_s", "--workdir", str(tmp_path / "sw"),
+          "--runlocal", "--set", "no_such_field=1"]
+  assert sweep.main(argv) == 1  # run.py rejects the field: exit status 1
+  run = sweep.plan(["listops"], ["lion_s"], [0], tmp_path / "sw")[0]
+  assert sweep.status(run) == "failed"
+  assert "no_such_field" in json.loads((run.workdir / "failed.json").read_text())["error"]
+  assert sweep.main(argv) == 0 and "0 to run" in capsys.readouterr().out
+  assert sweep.main(argv + ["--retry-failed"]) == 1 and "1 to run" in capsys.readouterr().out
+
+
+def _fake(root, task, variant, seed, accuracy=None, diverged=False):
+  run = sweep.plan([task], [variant], [seed], root)[0]
+  run.workdir.mkdir(parents=True)
+  if accuracy is None:
+    (run.workdir / "failed.json").write_text(json.dumps({"returncode": 1, "diverged": diverged}))
+  else:
+    (run.workdir / "results.json").write_text(json.dumps(
+        {"test_accuracy": accuracy, "best_val_accuracy": accuracy, "best_step": 4}))
+  return run
+
+
+def test_table_shows_mean_std_over_seeds_paper_numbers_failures_and_average(tmp_path):
+  root = tmp_path / "sw"
+  runs = [_fake(root, "listops", "lion_s", 0, 0.40), _fake(root, "listops", "lion_s", 1, 0.60),
+          _fake(root, "pathfinder", "lion_s", 0, 0.70), _fake(root, "pathfinder", "lion_s", 1, 0.80),
+          _fake(root, "listops", "abl7_softplus", 0, diverged=True),
+          _fake(root, "pathfinder", "abl7_softplus", 0, 0.5)]
+  runs += sweep.plan(["pathfinder"], ["abl7_softplus"], [1], root)  # never started
+  os.makedirs(root / "out")
+  sweep_report.write_reports(runs, root / "out", ["listops", "pathfinder"],
+                             ["abl7_softplus", "lion_s"], settings="--cpu")
+  lines = (root / "out/results.md").read_text().splitlines()
+  assert lines[0] == "| Model | ListOps | Pathfinder | Avg |"
+  assert lines[2] == ("| [7] softplus decay | ✗ diverged (16.23) | 50.00 (70.07) [1 unfinished] "
+                      "| – (43.15) |")
+  assert lines[3] == "| LION-S (w/ HiPPO) | 50.00 ± 14.14 (62.25) | 75.00 ± 7.07 (91.30) | 62.50 (76.78) |"
+  assert "5 of 7 runs finished" in lines[5] and "`--cpu`" in lines[-1]
