@@ -111,14 +111,13 @@ def causal_chunk_scan(q, k, u, gate, chunk_size: int = 64):
   local = jnp.einsum("rc,bhncg->bhnrg", causal, gate)  # [B, H, N, C, G]
   total = local[:, :, :, -1]  # [B, H, N, G] log-decay across a whole chunk
 
-  # Intra-chunk: exact masks exp(local_r - local_c) for c ≤ r (exponents ≤ 0, never overflow).
   scores = jnp.einsum("bhnrk,bhnck->bhnrc", q, k)  # [B, H, N, C, C]
-  local_g = jnp.moveaxis(local, -1, 3)  # [B, H, N, G, C]
-  exponent = local_g[..., :, None] - local_g[..., None, :]  # [B, H, N, G, C(r), C(c)]
-  decay = jnp.exp(jnp.where(causal > 0, exponent, -jnp.inf))
   if gate.shape[-1] == 1:
-    intra = jnp.einsum("bhnrc,bhnce->bhnre", scores * decay[:, :, :, 0], u)
+    intra = jnp.einsum("bhnrc,bhnce->bhnre", scores * _causal_decay(local[..., 0]), u)
+  elif chunk % VECTOR_SUBCHUNK == 0 and chunk > VECTOR_SUBCHUNK:
+    intra = _intra_vector_subchunks(scores, local, u, VECTOR_SUBCHUNK)
   else:
+    decay = _causal_decay(jnp.moveaxis(local, -1, 3))  # [B, H, N, E, C, C]
     intra = jnp.einsum("bhnrc,bhnerc,bhnce->bhnre", scores, decay, u)
 
   # Chunk states: Σ_c exp(total - local_c) k_c u_cᵀ, the chunk's contribution to its end state.
@@ -139,6 +138,62 @@ def causal_chunk_scan(q, k, u, gate, chunk_size: int = 64):
   inter = jnp.einsum("bhnrk,nbhke->bhnre", q, entering) * jnp.exp(local)  # [B, H, N, C, E]
   out = jnp.moveaxis(intra + inter, 1, 3).reshape(batch, num_chunks * chunk, heads, channels)
   return out[:, :length]
+
+
+# Vector decays give every carried channel its own C×C mask; splitting a chunk into sub-chunks
+# of this size keeps only the diagonal sub-blocks exact and routes the rest through matmuls.
+VECTOR_SUBCHUNK = 8
+
+
+def _causal_decay(local):
+  """Exact intra-block masks exp(local_r − local_c) for c ≤ r, 0 above the diagonal.
+
+  Args:
+    local: [..., C] chunk-local inclusive log-decays (non-increasing).
+
+  Returns:
+    [..., C(r), C(c)]; every exponent used is ≤ 0, so nothing overflows.
+  """
+  size = local.shape[-1]
+  exponent = local[..., :, None] - local[..., None, :]
+  return jnp.exp(jnp.where(jnp.tril(jnp.ones((size, size), bool)), exponent, -jnp.inf))
+
+
+def _intra_vector_subchunks(scores, local, u, sub):
+  """Intra-chunk outputs with per-channel decays, in O(C·E·(sub + C/sub)) memory per chunk.
+
+  Rows r of sub-block p see keys c of earlier sub-blocks through the boundary b_p just before
+  p: exp(l_r − l_c) = exp(l_r − l_{b_p}) · exp(l_{b_p} − l_c), both factors ≤ 1, so the product
+  is stable and the sum over c becomes a matmul. Keys in p's own sub-block use exact masks.
+
+  Args:
+    scores: [B, H, N, C, C] q_r·k_c.
+    local: [B, H, N, C, E] chunk-local inclusive log-decays per carried channel.
+    u: [B, H, N, C, E] carried values.
+    sub: sub-chunk length S (divides C).
+
+  Returns:
+    [B, H, N, C, E] Σ_{c ≤ r} q_r·k_c exp(l_r − l_c) u_c.
+  """
+  *lead, chunk, channels = local.shape
+  blocks = chunk // sub  # P
+  local_b = local.reshape(*lead, blocks, sub, channels)  # [B, H, N, P, S, E]
+  u_b = u.reshape(*lead, blocks, sub, channels)
+  rows = scores.reshape(*lead, blocks, sub, chunk)  # [B, H, N, P, S, C]
+  own = jnp.diagonal(rows.reshape(*lead, blocks, sub, blocks, sub), axis1=-4, axis2=-2)
+  own = jnp.moveaxis(own, -1, -3)  # [B, H, N, P, S(r), S(c)]
+  decay = _causal_decay(jnp.moveaxis(local_b, -1, -2))  # [B, H, N, P, E, S, S]
+  diagonal = jnp.einsum("bhnprc,bhnperc,bhnpce->bhnpre", own, decay, u_b)
+  # l at the last token before each sub-block (0 before the first: nothing precedes it).
+  boundary = jnp.concatenate([jnp.zeros_like(local_b[..., :1, -1, :]), local_b[..., :-1, -1, :]],
+                             axis=-2)  # [B, H, N, P, E]
+  earlier = jnp.arange(chunk)[None, :] < (jnp.arange(blocks) * sub)[:, None]  # [P, C]
+  to_boundary = jnp.where(earlier[:, :, None], boundary[..., :, None, :] - local[..., None, :, :],
+                          -jnp.inf)  # [B, H, N, P, C, E]
+  carried = jnp.exp(to_boundary) * u[..., None, :, :]  # [B, H, N, P, C, E]
+  from_boundary = jnp.exp(local_b - boundary[..., None, :])  # [B, H, N, P, S, E]
+  off_diagonal = jnp.einsum("bhnpsc,bhnpce->bhnpse", rows, carried) * from_boundary
+  return (diagonal + off_diagonal).reshape(local.shape)
 
 
 CausalKernel = Callable[..., jnp.ndarray]
