@@ -188,7 +188,7 @@ def get_base_config(task: str, arg: str | None, *, batch_size: int, num_epochs: 
   config.b2 = 0.999
   # Clip gradients to this global norm (0: no clipping).
   config.grad_clip_norm = 0.0
-  # Parameter groups: (regex searched in the parameter path "blocks/0/mixer/decay_rho",
+  # Parameter groups: (regex searched in the parameter path "encoder/blocks/0/mixer/decay_base",
   # group); the first match wins, unmatched parameters are "default". Groups: "default"
   # (lr, weight decay), "no_weight_decay" (lr), "decay" (decay_learning_rate, no weight decay).
   config.param_groups = (("decay", "decay"), (r"norm|bias|(^|/)scale$", "no_weight_decay"))

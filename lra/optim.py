@@ -1,7 +1,7 @@
 """AdamW with linear warmup then cosine, over a regex table of parameter groups.
 
 The table is data, not code (spec style.md item 15): an ordered list of
-`(regex, group)` pairs searched in each parameter's path ("blocks/0/mixer/decay_rho");
+`(regex, group)` pairs searched in each parameter's path ("encoder/blocks/0/mixer/decay_base");
 the first match wins and unmatched parameters fall into "default", so every parameter
 gets exactly one group. The groups are
 
@@ -22,7 +22,7 @@ GROUPS = ("default", "no_weight_decay", "decay")
 
 
 def path_name(path: Sequence) -> str:
-  """Turns a pytree key path into "blocks/0/mixer/decay_rho" (Variable `.value` dropped)."""
+  """Turns a pytree key path into "encoder/blocks/0/mixer/decay_base" (Variable `.value` dropped)."""
   parts = []
   for key in path:
     if isinstance(key, jax.tree_util.DictKey):
