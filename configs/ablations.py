@@ -106,13 +106,14 @@ PAPER: dict[str, dict[str, float | None]] = {
 
 # --- the `cpu` preset -------------------------------------------------------------------
 # A model and schedule small enough that one ListOps or Pathfinder run takes minutes on a free
-# 2-core CPU. Measured (train step, width 64, 2 layers, batch 32, vector decays, 2-core box at
-# load ≈ 7): ListOps at L = 2048 took 19 s per step, so ListOps is shortened (below).
+# 2-core CPU. Train steps measured on the shared 2-core box (batch 32, 2 layers, vector decays):
+# ListOps L = 2048, width 64: 19 s (load ≈ 7); L = 512, width 64: 10 s, width 32: 3.5 s (load
+# ≈ 10, i.e. about a fifth of the machine). Hence width 32 and a shortened ListOps (below).
 
 CPU_DATA_DIR = os.path.join(os.environ.get("LRA_DATA_DIR", "data"), "cpu")
 
 _CPU_COMMON = {
-    "model.d_model": 64,
+    "model.d_model": 32,
     "model.num_layers": 2,
     "model.num_heads": 2,
     "model.dropout": 0.0,
@@ -121,8 +122,8 @@ _CPU_COMMON = {
     # for > 23 GB at L = 2048, batch 32; C = 16 was also 2x faster than C = 32 on this CPU.
     "model.chunk_size": 16,
     "batch_size": 32,
-    "num_train_steps": 600,
-    "eval_every_steps": 200,
+    "num_train_steps": 400,
+    "eval_every_steps": 100,
     "log_every_steps": 50,
     "warmup_epochs": 0.0,
     "learning_rate": 2e-3,

@@ -150,8 +150,8 @@ def plot(records: list[dict], tasks: list[str], variants: list[str], path: Path)
   for ax in axes[0]:
     for handle, label in zip(*ax.get_legend_handles_labels()):
       handles.setdefault(label, handle)
-  fig.legend(handles.values(), handles.keys(), loc="upper right", fontsize=8)
-  fig.tight_layout()
+  fig.legend(handles.values(), handles.keys(), loc="upper center", ncol=3, fontsize=8)
+  fig.tight_layout(rect=(0, 0, 1, 0.93))  # room for the legend above the panel titles
   fig.savefig(path, dpi=120)
   plt.close(fig)
 
