@@ -40,8 +40,24 @@ GB = 1024 ** 3
 MB = 1024 ** 2
 
 
+def _git_state() -> tuple[str, bool]:
+  try:
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
+                            text=True, check=True).stdout.strip()
+    dirty = bool(subprocess.run(["git", "status", "--porcelain", "--", "lion_jax", "bench"],
+                                cwd=REPO, capture_output=True, text=True).stdout.strip())
+  except (OSError, subprocess.CalledProcessError):
+    commit, dirty = "unknown", False
+  return commit, dirty
+
+
+# The code that runs is the code imported at start: record the commit then, not at write time.
+_START_COMMIT, _START_DIRTY = _git_state()
+_START_UTC = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
 def environment() -> dict[str, Any]:
-  """What a timing depends on: versions, CPU, threads, git commit, time."""
+  """What a timing depends on: versions, CPU, threads, git commit (at start), time."""
   import jaxlib
   cpu = platform.processor() or "unknown"
   try:
@@ -51,13 +67,6 @@ def environment() -> dict[str, Any]:
         break
   except OSError:
     pass
-  try:
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
-                            text=True, check=True).stdout.strip()
-    dirty = bool(subprocess.run(["git", "status", "--porcelain", "--", "lion_jax", "bench"],
-                                cwd=REPO, capture_output=True, text=True).stdout.strip())
-  except (OSError, subprocess.CalledProcessError):
-    commit, dirty = "unknown", False
   affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
   flax_version = None
   try:
@@ -78,8 +87,9 @@ def environment() -> dict[str, Any]:
       "threads_available": affinity,
       "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
       "xla_flags": os.environ.get("XLA_FLAGS", ""),
-      "git_commit": commit,
-      "git_dirty": dirty,
+      "git_commit": _START_COMMIT,
+      "git_dirty": _START_DIRTY,  # uncommitted changes under lion_jax/ or bench/ at start
+      "utc_start": _START_UTC,
       "utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
       "argv": sys.argv,
   }
