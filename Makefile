@@ -26,6 +26,9 @@ demo: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) bench/forms.py --quick
+	$(PY) bench/layers.py --quick
+	$(PY) bench/inference.py --quick
+	$(PY) bench/train_step.py --quick
 
 clean:
 	rm -rf $(VENV) .pytest_cache .jax_cache
