@@ -108,22 +108,7 @@ def build_cases(length, decay_kinds, forms, passes, args, chunk_sizes=None):
 
 def run_group(cases, args):
   """Compiles every case, drops those over the memory budget, times the rest interleaved."""
-  runnable = []
-  for case in cases:
-    try:
-      harness.compile_case(case)
-    except Exception as error:  # pylint: disable=broad-except  # e.g. allocation at compile
-      case.result["skipped"] = f"compile failed: {type(error).__name__}: {str(error)[:200]}"
-      print(f"  {case.name:<44s} skipped ({case.result['skipped']})", flush=True)
-      continue
-    mem = case.result.get("temp_plus_output_bytes", 0)
-    if mem > args.mem_budget_gb * harness.GB:
-      case.result["skipped"] = (f"would not fit: {harness.fmt_bytes(mem)} compiled temp+output "
-                                f"> {args.mem_budget_gb} GB budget")
-      print(f"  {case.name:<44s} skipped ({case.result['skipped']})", flush=True)
-      case.compiled = None
-      continue
-    runnable.append(case)
+  runnable = harness.compile_within_budget(cases, args.mem_budget_gb)
   harness.time_cases(runnable, repeats=args.repeats, budget_s=args.case_budget_s)
   for case in cases:
     case.compiled = None

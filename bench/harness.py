@@ -130,6 +130,30 @@ def compile_case(case: Case) -> Case:
   return case
 
 
+def compile_within_budget(cases: Sequence[Case], mem_budget_gb: float) -> list[Case]:
+  """Compiles every case; returns those whose compiled temp+output fits the budget.
+
+  A case that fails to compile or would not fit keeps a `skipped` reason in its result (so it
+  still shows in the tables and JSON) and is not run.
+  """
+  runnable = []
+  for case in cases:
+    try:
+      compile_case(case)
+    except Exception as error:  # pylint: disable=broad-except  # e.g. allocation at compile
+      case.result["skipped"] = f"compile failed: {type(error).__name__}: {str(error)[:200]}"
+    else:
+      mem = case.result.get("temp_plus_output_bytes", 0)
+      if mem <= mem_budget_gb * GB:
+        runnable.append(case)
+        continue
+      case.result["skipped"] = (f"would not fit: {fmt_bytes(mem)} compiled temp+output "
+                                f"> {mem_budget_gb} GB budget")
+    case.compiled = None
+    print(f"  {case.name:<44s} skipped ({case.result['skipped']})", flush=True)
+  return runnable
+
+
 def memory_stats(compiled) -> dict[str, Any]:
   """temp, output and argument bytes from `memory_analysis()`; temp+output is the metric."""
   try:

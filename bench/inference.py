@@ -100,17 +100,7 @@ def main(argv=None):
                                           batch=args.batch, d_model=args.d_model,
                                           layers=args.layers, decay=args.decay,
                                           decay_shape=args.decay_shape)))
-    runnable = []
-    for case in cases:
-      harness.compile_case(case)
-      mem = case.result.get("temp_plus_output_bytes", 0)
-      if mem > args.mem_budget_gb * harness.GB:
-        case.result["skipped"] = (f"would not fit: {harness.fmt_bytes(mem)} > "
-                                  f"{args.mem_budget_gb} GB budget")
-        print(f"  {case.name:<44s} skipped ({case.result['skipped']})", flush=True)
-        case.compiled = None
-      else:
-        runnable.append(case)
+    runnable = harness.compile_within_budget(cases, args.mem_budget_gb)
     # Equality first (one call each), against chunk_scan.
     outputs = {c.info["label"]: jax.device_get(c.compiled(*c.args)) for c in runnable}
     ref = outputs.get(reference_label)

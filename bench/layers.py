@@ -85,17 +85,7 @@ def build_cases(length, layers, passes, args):
 
 
 def run_group(cases, args):
-  runnable = []
-  for case in cases:
-    harness.compile_case(case)
-    mem = case.result.get("temp_plus_output_bytes", 0)
-    if mem > args.mem_budget_gb * harness.GB:
-      case.result["skipped"] = (f"would not fit: {harness.fmt_bytes(mem)} compiled temp+output "
-                                f"> {args.mem_budget_gb} GB budget")
-      print(f"  {case.name:<44s} skipped ({case.result['skipped']})", flush=True)
-      case.compiled = None
-    else:
-      runnable.append(case)
+  runnable = harness.compile_within_budget(cases, args.mem_budget_gb)
   harness.time_cases(runnable, repeats=args.repeats, budget_s=args.case_budget_s)
   for case in cases:
     case.compiled = None
