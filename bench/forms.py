@@ -15,7 +15,6 @@ Writes docs/bench/forms.json (+ forms.png) and prints markdown tables and the is
 from __future__ import annotations
 
 import argparse
-import gc
 import pathlib
 import sys
 
@@ -107,13 +106,8 @@ def build_cases(length, decay_kinds, forms, passes, args, chunk_sizes=None):
 
 
 def run_group(cases, args):
-  """Compiles every case, drops those over the memory budget, times the rest interleaved."""
-  runnable = harness.compile_within_budget(cases, args.mem_budget_gb)
-  harness.time_cases(runnable, repeats=args.repeats, budget_s=args.case_budget_s)
-  for case in cases:
-    case.compiled = None
-  gc.collect()
-  return cases
+  """Compiles, budget-checks and times one group of cases (`harness.run_group`)."""
+  return harness.run_group(cases, args.mem_budget_gb, args.repeats, args.case_budget_s)
 
 
 def find(records, **match):
@@ -218,15 +212,10 @@ def plot(records, lengths, decay_kinds, chunk, path):
       axes[row, 0].plot(xs, [1e3 * r["median_s"] for _, r in pts], "o-", label=form)
       axes[row, 1].plot(xs, [r["temp_plus_output_bytes"] / harness.MB for _, r in pts], "o-",
                         label=form)
-    for col, ylabel in enumerate(("fwd+bwd median (ms)", "compiled temp+output (MB)")):
-      ax = axes[row, col]
-      ax.set_xscale("log", base=2)
-      ax.set_yscale("log")
-      ax.set_xlabel("sequence length L")
-      ax.set_ylabel(ylabel)
+    harness.style_log_axes(axes[row], ("fwd+bwd median (ms)", "compiled temp+output (MB)"),
+                           legend_size=8)
+    for ax in axes[row]:
       ax.set_title(f"{decay_kind} selective decays")
-      ax.grid(True, which="both", alpha=0.3)
-      ax.legend(fontsize=8)
   fig.suptitle("lion_attention forms, B=2 H=4 K=V=32, f32, CPU")
   fig.tight_layout()
   fig.savefig(path, dpi=90)

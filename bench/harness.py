@@ -19,6 +19,7 @@ process are meant to be compared.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import datetime
 import json
 import os
@@ -152,6 +153,29 @@ def compile_within_budget(cases: Sequence[Case], mem_budget_gb: float) -> list[C
     case.compiled = None
     print(f"  {case.name:<44s} skipped ({case.result['skipped']})", flush=True)
   return runnable
+
+
+def run_group(cases: Sequence[Case], mem_budget_gb: float, repeats: int = 7,
+              budget_s: float | None = None) -> Sequence[Case]:
+  """Compiles every case, skips those over the memory budget, times the rest interleaved, and
+  frees the compiled executables (results stay in each case's `result`)."""
+  runnable = compile_within_budget(cases, mem_budget_gb)
+  time_cases(runnable, repeats=repeats, budget_s=budget_s)
+  for case in cases:
+    case.compiled = None
+  gc.collect()
+  return cases
+
+
+def style_log_axes(axes, ylabels: Sequence[str], legend_size: int = 7) -> None:
+  """Log-log axes over sequence length, as every benchmark plot draws them."""
+  for ax, ylabel in zip(axes, ylabels):
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("sequence length L")
+    ax.set_ylabel(ylabel)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=legend_size)
 
 
 def memory_stats(compiled) -> dict[str, Any]:

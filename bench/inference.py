@@ -153,13 +153,7 @@ def plot(records, lengths, labels, path, args):
     xs = [r["length"] for r in pts]
     axes[0].plot(xs, [1e3 * r["median_s"] for r in pts], "o-", label=label)
     axes[1].plot(xs, [r["temp_plus_output_bytes"] / harness.MB for r in pts], "o-", label=label)
-  for ax, ylabel in zip(axes, ("inference time, median (ms)", "compiled temp+output (MB)")):
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("sequence length L")
-    ax.set_ylabel(ylabel)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7)
+  harness.style_log_axes(axes, ("inference time, median (ms)", "compiled temp+output (MB)"))
   fig.suptitle(f"Inference trade-off (cf. LION Fig. 3): LION-{args.decay}, {args.layers} layers, "
                f"d_model {args.d_model}, batch {args.batch}, CPU")
   fig.tight_layout()

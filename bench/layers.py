@@ -17,7 +17,6 @@ Writes docs/bench/layers.json and layers.png.
 from __future__ import annotations
 
 import argparse
-import gc
 import pathlib
 import sys
 
@@ -85,11 +84,8 @@ def build_cases(length, layers, passes, args):
 
 
 def run_group(cases, args):
-  runnable = harness.compile_within_budget(cases, args.mem_budget_gb)
-  harness.time_cases(runnable, repeats=args.repeats, budget_s=args.case_budget_s)
-  for case in cases:
-    case.compiled = None
-  gc.collect()
+  """Compiles, budget-checks and times one group of cases (`harness.run_group`)."""
+  return harness.run_group(cases, args.mem_budget_gb, args.repeats, args.case_budget_s)
 
 
 def find(records, **match):
@@ -113,13 +109,7 @@ def plot(records, lengths, names, path):
     axes[0].plot([l for l, _ in pts], [1e3 * r["median_s"] for _, r in pts], style, label=name)
     axes[1].plot([l for l, _ in pts], [r["temp_plus_output_bytes"] / harness.MB for _, r in pts],
                  style, label=name)
-  for ax, ylabel in zip(axes, ("fwd+bwd median (ms)", "compiled temp+output (MB)")):
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("sequence length L")
-    ax.set_ylabel(ylabel)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7)
+  harness.style_log_axes(axes, ("fwd+bwd median (ms)", "compiled temp+output (MB)"))
   fig.suptitle("one mixing layer, d_model 128, B=2, f32, CPU")
   fig.tight_layout()
   fig.savefig(path, dpi=90)

@@ -55,7 +55,8 @@ def locate(data_dir: str | os.PathLike, source: str = "auto") -> tuple[str, Path
     ValueError: for an unknown `source`.
   """
   if source not in SOURCES:
-    raise ValueError(f"image source must be one of {SOURCES}, got {source!r}")
+    raise ValueError(f"image task option source={source!r} is not one of {SOURCES}; "
+                     "set it with --config.task_options.source=<value>")
   root = Path(data_dir)
   formats = ["binary", "python"] if source == "auto" else [source]
   tried = []
@@ -200,9 +201,11 @@ def decode(found: tuple[str, Path], *, seq_len: int, max_examples: int | None,
            val_split: str = "lra", grayscale: str = "tf") -> dict[str, Split]:
   """Reads CIFAR-10 and builds train/val/test Splits of [N, 1024] uint8 gray pixels."""
   if val_split not in VAL_SPLITS:
-    raise ValueError(f"image val_split must be one of {VAL_SPLITS}, got {val_split!r}")
+    raise ValueError(f"image task option val_split={val_split!r} is not one of {VAL_SPLITS}; "
+                     "set it with --config.task_options.val_split=<value>")
   if grayscale not in GRAYSCALES:
-    raise ValueError(f"image grayscale must be one of {GRAYSCALES}, got {grayscale!r}")
+    raise ValueError(f"image task option grayscale={grayscale!r} is not one of {GRAYSCALES}; "
+                     "set it with --config.task_options.grayscale=<value>")
   if seq_len != SEQ_LEN:
     raise ValueError(f"image seq_len is fixed at {SEQ_LEN} (32x32 pixels), got {seq_len}")
   fmt, path = found

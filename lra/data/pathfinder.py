@@ -63,7 +63,8 @@ def locate(data_dir: str | os.PathLike, *, resolution: int, difficulty: str = "h
     ValueError: for an unknown difficulty.
   """
   if difficulty not in DIFFICULTIES:
-    raise ValueError(f"pathfinder difficulty must be one of {sorted(DIFFICULTIES)}, got {difficulty!r}")
+    raise ValueError(f"pathfinder task option difficulty={difficulty!r} is not one of {sorted(DIFFICULTIES)}; "
+                     "set it with --config.task_options.difficulty=<value>")
   sub = f"pathfinder{resolution}/{DIFFICULTIES[difficulty]}"
   cands = layout.candidate_dirs(data_dir, [f"pathfinder/{sub}"], sub)
   cands += [Path(data_dir) / DIFFICULTIES[difficulty], Path(data_dir)]
@@ -153,7 +154,8 @@ def read_images(paths: list[Path], resolution: int) -> np.ndarray:
 def split_indices(n: int, split: str) -> dict[str, np.ndarray]:
   """Positions of train/val/test examples among n images (sizes n - 2*int(0.1 n), int(0.1 n), int(0.1 n))."""
   if split not in SPLITS:
-    raise ValueError(f"pathfinder split must be one of {SPLITS}, got {split!r}")
+    raise ValueError(f"pathfinder task option split={split!r} is not one of {SPLITS}; "
+                     "set it with --config.task_options.split=<value>")
   order = np.random.default_rng(SPLIT_SEED).permutation(n) if split == "random" else np.arange(n)
   n_eval = int(0.1 * n)
   n_train = n - 2 * n_eval

@@ -56,7 +56,8 @@ def locate(data_dir: str | os.PathLike, source: str = "auto") -> tuple[str, Path
     ValueError: for an unknown `source`.
   """
   if source not in SOURCES:
-    raise ValueError(f"text source must be one of {SOURCES}, got {source!r}")
+    raise ValueError(f"text task option source={source!r} is not one of {SOURCES}; "
+                     "set it with --config.task_options.source=<value>")
   root = Path(data_dir)
   places = {
       "folder": [root / "imdb" / "aclImdb", root / "aclImdb"],
@@ -129,7 +130,8 @@ def decode(found: tuple[str, Path], *, seq_len: int, max_examples: int | None,
     MalformedDataError: unreadable archive, or no reviews for a split.
   """
   if val_split not in VAL_SPLITS:
-    raise ValueError(f"text val_split must be one of {VAL_SPLITS}, got {val_split!r}")
+    raise ValueError(f"text task option val_split={val_split!r} is not one of {VAL_SPLITS}; "
+                     "set it with --config.task_options.val_split=<value>")
   kind, path = found
   rows = {"folder": _read_folder, "archive": _read_archive, "tfds": _read_tfds}[kind](path)
   splits = {}
