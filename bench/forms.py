@@ -61,8 +61,10 @@ def grad_fn(form, chunk_size):
 def analytic_flops(form, batch, length, heads, dim, groups, chunk_size, backward):
   """Matmul-type FLOPs (multiply-add = 2) of one call; elementwise mask work not counted.
 
-  Bidirectional = two causal passes over E = V + G carried channels (values + normalisers),
-  except the full forms, which contract L×L (or chunk×L) scores once.
+  rnn and scan: two causal passes over E = V + G carried channels (values + normalisers).
+  attention and chunk contract L×L (or chunk×L) scores once. chunk_scan: one C×C block per
+  chunk (scores once, both triangles) plus two state updates and two read-outs per token
+  (vector decays: the sub-chunked block is counted as if exact).
   """
   key_dim, carried = dim, dim + groups
   tokens = batch * heads * length
@@ -71,7 +73,7 @@ def analytic_flops(form, batch, length, heads, dim, groups, chunk_size, backward
     per_token = length * (2 * key_dim + 2 * dim + 2 * groups)
   elif form == "chunk_scan":
     c = min(chunk_size, length)
-    per_token = 2 * (2 * c * key_dim + 2 * c * carried + 4 * key_dim * carried)
+    per_token = 2 * c * key_dim + 2 * c * carried + 8 * key_dim * carried
   elif form == "rnn":
     per_token = 2 * (5 * key_dim * carried)  # decay, outer product, add, read-out (paper: 5D²)
   elif form == "scan":

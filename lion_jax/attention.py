@@ -23,6 +23,7 @@ import enum
 import jax
 import jax.numpy as jnp
 
+from lion_jax import chunkwise
 from lion_jax import masks
 from lion_jax import recurrent
 
@@ -130,12 +131,13 @@ def lion_attention(q, k, v, log_decay=None, *, form: str | LionForm = "auto",
     k = k * key_mask[:, :, None, None].astype(dtype)
   log_decay = per_token_log_decay(log_decay, batch, length, heads, value_dim, dtype)
 
-  if form in (LionForm.ATTENTION, LionForm.CHUNK):
-    parallel = _attention if form is LionForm.ATTENTION else _chunked_queries
-    numerator, denominator = parallel(q, k, v, log_decay, convention, normalize, chunk_size)
+  if form in (LionForm.ATTENTION, LionForm.CHUNK, LionForm.CHUNK_SCAN):
+    evaluate = {LionForm.ATTENTION: _attention, LionForm.CHUNK: _chunked_queries,
+                LionForm.CHUNK_SCAN: _chunk_scan}[form]
+    numerator, denominator = evaluate(q, k, v, log_decay, convention, normalize, chunk_size)
   else:
     numerator, denominator = _recurrent(recurrent.CAUSAL_KERNELS[form.value], q, k, v,
-                                        log_decay, convention, normalize, chunk_size)
+                                        log_decay, convention, normalize)
   if normalize is Normalize.BEFORE:
     # Σ_j q_i·k_j without decays: one dot product with the summed (masked) keys.
     denominator = jnp.einsum("blhk,bhk->blh", q, k.sum(axis=1))[..., None]
@@ -143,20 +145,47 @@ def lion_attention(q, k, v, log_decay=None, *, form: str | LionForm = "auto",
   return out.astype(out_dtype)
 
 
-def _recurrent(kernel, q, k, v, log_decay, convention, normalize, chunk_size):
+def _recurrent(kernel, q, k, v, log_decay, convention, normalize):
   """Numerator and decayed normaliser from a causal kernel run in both directions."""
-  value_dim, groups = v.shape[-1], log_decay.shape[-1]
   gate_f = masks.forward_gate(log_decay, convention)
   gate_b = masks.backward_gate_flipped(log_decay)
   if normalize is not Normalize.AFTER:
-    return recurrent.bidirectional(kernel, q, k, v, gate_f, gate_b, chunk_size), None
-  # The decayed normaliser is the numerator with v ≡ 1 (spec §5.4), one channel per decay channel.
-  ones = jnp.ones(v.shape[:-1] + (groups,), v.dtype)
-  carried = jnp.concatenate([v, ones], axis=-1)  # [B, L, H, V + G]
+    return recurrent.bidirectional(kernel, q, k, v, gate_f, gate_b), None
+  carried, (gate_f, gate_b) = _with_unit_values(v, gate_f, gate_b)
+  out = recurrent.bidirectional(kernel, q, k, carried, gate_f, gate_b)
+  return out[..., :v.shape[-1]], out[..., v.shape[-1]:]
+
+
+def _chunk_scan(q, k, v, log_decay, convention, normalize, chunk_size):
+  """Numerator and decayed normaliser from the bidirectional chunk kernel."""
+  gate_f = masks.forward_gate(log_decay, convention)
+  if normalize is not Normalize.AFTER or log_decay.shape[-1] == 1:
+    # One decay per head: the normaliser is a row sum of the same weights, no extra channel.
+    return chunkwise.bidirectional_chunk_scan(q, k, v, gate_f, log_decay, chunk_size,
+                                              with_key_sums=normalize is Normalize.AFTER)
+  carried, (gate_f, log_decay) = _with_unit_values(v, gate_f, log_decay)
+  out, _ = chunkwise.bidirectional_chunk_scan(q, k, carried, gate_f, log_decay, chunk_size)
+  return out[..., :v.shape[-1]], out[..., v.shape[-1]:]
+
+
+def _with_unit_values(v, *gates):
+  """Values with one channel of ones per decay channel appended, and gates to match.
+
+  The decayed normaliser is the numerator with v ≡ 1 (spec §5.4), so a kernel that carries
+  these channels computes both at once.
+
+  Args:
+    v: [B, L, H, V] values.
+    *gates: [B, L, H, G] log-gates, G = 1 or V.
+
+  Returns:
+    [B, L, H, V + G] carried values, and the gates widened to V + G channels when G = V.
+  """
+  groups = gates[0].shape[-1]
+  carried = jnp.concatenate([v, jnp.ones(v.shape[:-1] + (groups,), v.dtype)], axis=-1)
   if groups > 1:  # vector decays: each carried channel needs its own gate
-    gate_f, gate_b = (jnp.concatenate([g, g], axis=-1) for g in (gate_f, gate_b))
-  out = recurrent.bidirectional(kernel, q, k, carried, gate_f, gate_b, chunk_size)
-  return out[..., :value_dim], out[..., value_dim:]
+    gates = tuple(jnp.concatenate([g, g], axis=-1) for g in gates)
+  return carried, gates
 
 
 def _contract(scores, decay, v, normalize):

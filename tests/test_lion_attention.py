@@ -12,14 +12,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from lion_jax import lion_attention, lion_mask, recurrent, toeplitz_mask
+from lion_jax import chunkwise, lion_attention, lion_mask, recurrent, toeplitz_mask
 from lion_jax.masks import backward_gate_flipped
 from tests.reference import expand_log_decay, reference_lion, reference_mask
 
 FORMS = ("attention", "rnn", "scan", "chunk", "chunk_scan")
 DECAY_KINDS = ("lit", "fixed_head", "fixed_channel", "selective", "selective_vector")
 CHUNK = 16  # small, so L = 37 and 96 span several chunks (37 ends in a partial one) and
-# vector decays take the sub-chunked intra-chunk path (C > recurrent.VECTOR_SUBCHUNK)
+# vector decays take the sub-chunked intra-chunk path (C > chunkwise.VECTOR_SUBCHUNK)
 B, H, K, V = 2, 2, 3, 4
 
 
