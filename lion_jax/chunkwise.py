@@ -77,10 +77,9 @@ def bidirectional_chunk_scan(q, k, u, forward_gate, log_decay, chunk_size: int =
     if with_key_sums:
       key_sums = weights.sum(-1, keepdims=True)  # [B, H, N, C, 1]
   elif chunk % VECTOR_SUBCHUNK == 0 and chunk > VECTOR_SUBCHUNK:
-    intra = _vector_block_subchunked(scores, u, log_decay, fwd)
+    intra = _vector_block_subchunked(scores, u, fwd, bwd, VECTOR_SUBCHUNK)
   else:
-    decay = _block_decay(jnp.moveaxis(fwd, -1, 3), jnp.moveaxis(bwd, -1, 3))  # [B,H,N,E,C,C]
-    intra = jnp.einsum("bhnrc,bhnerc,bhnce->bhnre", scores, decay, u)
+    intra = _exact_block(scores, u, fwd, bwd)
 
   # What each chunk adds to the state leaving it, per direction: forward Σ_c e^{F̄ − F_c} k_c u_cᵀ
   # (towards later chunks), backward Σ_c e^{A_c} k_c u_cᵀ (towards earlier ones).
@@ -155,67 +154,65 @@ def _block_decay(fwd, bwd):
   return jnp.exp(exponent)
 
 
-def _vector_block_subchunked(scores, u, log_decay, fwd):
-  """Same-chunk outputs with one decay per carried channel, without [E, C, C] masks.
+def _vector_block_subchunked(scores, u, fwd, bwd, sub):
+  """Same-chunk outputs with one decay per carried channel, in O(C·E·(S + C/S)) memory per chunk.
 
-  The lower triangle (with the diagonal) is `_lower_subchunked` on F; the strict upper one is
-  the same computation on the chunk read backwards, whose gates are log λ shifted by one.
+  Exact [S, S, E] masks only on the diagonal S×S sub-blocks. A row r of sub-block p sees a key c
+  of an earlier sub-block through the boundary just before p, and a key of a later one through
+  the end of p:
+    c < start_p:  e^{F_r − F_c} = e^{F_r − F_{start_p − 1}} · e^{F_{start_p − 1} − F_c}
+    c > end_p:    e^{A_c − A_r} = e^{A_{end_p} − A_r} · e^{A_c − A_{end_p}}
+  Both factors are ≤ 1 (stable), and the sums over c become one matmul per sub-block.
 
   Args:
     scores: [B, H, N, C, C] q_r·k_c.
     u: [B, H, N, C, E] carried values.
-    log_decay: [B, H, N, C, E] log λ.
-    fwd: [B, H, N, C, E] chunk-local inclusive cumsum of `forward_gate`.
+    fwd: [B, H, N, C, E] chunk-local inclusive cumsum F of the forward gates.
+    bwd: [B, H, N, C, E] chunk-local inclusive cumsum A of log λ.
+    sub: sub-chunk length S (divides C).
 
   Returns:
     [B, H, N, C, E] Σ_c q_r·k_c M_rc u_c over the keys c of the same chunk.
   """
-  lower = _lower_subchunked(scores, fwd, u, VECTOR_SUBCHUNK)
-  reverse = lambda x: jnp.flip(x, axis=3)
-  # Read backwards, position r' = C−1−r; e^{A_c − A_r} = exp(Σ_{t=r+1}^{c} a_t) is a lower-
-  # triangle mask whose gate at r' is a at the position after it: a reversed, shifted right.
-  gate = jnp.pad(reverse(log_decay)[:, :, :, :-1], [(0, 0), (0, 0), (0, 0), (1, 0), (0, 0)])
-  local = jnp.cumsum(gate, axis=3)
-  upper = reverse(_lower_subchunked(jnp.flip(scores, (3, 4)), local, reverse(u),
-                                    VECTOR_SUBCHUNK))
-  diagonal = jnp.diagonal(scores, axis1=-2, axis2=-1)[..., None] * u  # counted by both
-  return lower + upper - diagonal
-
-
-def _lower_subchunked(scores, local, u, sub):
-  """Σ_{c ≤ r} q_r·k_c exp(l_r − l_c) u_c per channel, in O(C·E·(sub + C/sub)) memory per chunk.
-
-  Rows r of sub-block p see keys c of earlier sub-blocks through the boundary b_p just before
-  p: exp(l_r − l_c) = exp(l_r − l_{b_p}) · exp(l_{b_p} − l_c), both factors ≤ 1, so the product
-  is stable and the sum over c becomes a matmul. Keys in p's own sub-block use exact masks.
-
-  Args:
-    scores: [B, H, N, C, C] q_r·k_c.
-    local: [B, H, N, C, E] chunk-local inclusive log-decays per carried channel.
-    u: [B, H, N, C, E] carried values.
-    sub: sub-chunk length S (divides C).
-
-  Returns:
-    [B, H, N, C, E].
-  """
-  *lead, chunk, channels = local.shape
+  *lead, chunk, channels = u.shape
   blocks = chunk // sub  # P
-  local_b = local.reshape(*lead, blocks, sub, channels)  # [B, H, N, P, S, E]
-  u_b = u.reshape(*lead, blocks, sub, channels)
+  split = lambda x: x.reshape(*lead, blocks, sub, channels)  # [B, H, N, P, S, E]
+  fwd_b, bwd_b, u_b = split(fwd), split(bwd), split(u)
   rows = scores.reshape(*lead, blocks, sub, chunk)  # [B, H, N, P, S, C]
   own = jnp.diagonal(rows.reshape(*lead, blocks, sub, blocks, sub), axis1=-4, axis2=-2)
   own = jnp.moveaxis(own, -1, -3)  # [B, H, N, P, S(r), S(c)]
-  by_channel = jnp.moveaxis(local_b, -1, -2)  # [B, H, N, P, E, S]
-  exponent = jnp.where(jnp.tril(jnp.ones((sub, sub), bool)),
-                       by_channel[..., :, None] - by_channel[..., None, :], -jnp.inf)
-  diagonal = jnp.einsum("bhnprc,bhnperc,bhnpce->bhnpre", own, jnp.exp(exponent), u_b)
-  # l at the last token before each sub-block (0 before the first: nothing precedes it).
-  boundary = jnp.concatenate([jnp.zeros_like(local_b[..., :1, -1, :]), local_b[..., :-1, -1, :]],
-                             axis=-2)  # [B, H, N, P, E]
-  earlier = jnp.arange(chunk)[None, :] < (jnp.arange(blocks) * sub)[:, None]  # [P, C]
-  to_boundary = jnp.where(earlier[:, :, None], boundary[..., :, None, :] - local[..., None, :, :],
-                          -jnp.inf)  # [B, H, N, P, C, E]
-  carried = jnp.exp(to_boundary) * u[..., None, :, :]  # [B, H, N, P, C, E]
-  from_boundary = jnp.exp(local_b - boundary[..., None, :])  # [B, H, N, P, S, E]
-  off_diagonal = jnp.einsum("bhnpsc,bhnpce->bhnpse", rows, carried) * from_boundary
-  return (diagonal + off_diagonal).reshape(local.shape)
+  diagonal = _exact_block(own, u_b, fwd_b, bwd_b)  # [B, H, N, P, S, E]
+  # F just before each sub-block (0 before the first) and A at its end.
+  before = jnp.concatenate([jnp.zeros_like(fwd_b[..., :1, -1, :]), fwd_b[..., :-1, -1, :]],
+                           axis=-2)  # [B, H, N, P, E]
+  end = bwd_b[..., -1, :]  # [B, H, N, P, E]
+  key = jnp.arange(chunk)[None, :, None]  # [1, C, 1]
+  start = (jnp.arange(blocks) * sub)[:, None, None]  # [P, 1, 1]
+  to_before = jnp.where(key < start, before[..., :, None, :] - fwd[..., None, :, :], -jnp.inf)
+  from_end = jnp.where(key >= start + sub, bwd[..., None, :, :] - end[..., :, None, :], -jnp.inf)
+  carried = jnp.concatenate([jnp.exp(to_before), jnp.exp(from_end)], axis=-1)  # [..., P, C, 2E]
+  carried = carried * jnp.concatenate([u, u], axis=-1)[..., None, :, :]
+  both = jnp.einsum("bhnpsc,bhnpce->bhnpse", rows, carried)  # [B, H, N, P, S, 2E]
+  off_diagonal = (both[..., :channels] * jnp.exp(fwd_b - before[..., None, :])
+                  + both[..., channels:] * jnp.exp(end[..., None, :] - bwd_b))
+  return (diagonal + off_diagonal).reshape(u.shape)
+
+
+def _exact_block(scores, u, fwd, bwd):
+  """Σ_c scores_rc M_rc u_c with an exact per-channel mask, channels last (no relayout).
+
+  Args:
+    scores: [..., C(r), C(c)].
+    u: [..., C, E] carried values.
+    fwd: [..., C, E] inclusive cumsum F of the forward gates within the block.
+    bwd: [..., C, E] inclusive cumsum A of log λ within the block.
+
+  Returns:
+    [..., C, E].
+  """
+  size = u.shape[-2]
+  row = jnp.arange(size)[:, None, None]
+  col = jnp.arange(size)[None, :, None]
+  exponent = jnp.where(row > col, fwd[..., :, None, :] - fwd[..., None, :, :],
+                       jnp.where(row < col, bwd[..., None, :, :] - bwd[..., :, None, :], 0.0))
+  return jnp.sum(scores[..., None] * jnp.exp(exponent) * u[..., None, :, :], axis=-2)
