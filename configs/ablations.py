@@ -105,40 +105,54 @@ PAPER: dict[str, dict[str, float | None]] = {
 }
 
 # --- the `cpu` preset -------------------------------------------------------------------
-# A model and schedule small enough that one ListOps or Pathfinder run takes minutes on a free
-# 2-core CPU. Train steps measured on the shared 2-core box (batch 32, 2 layers, vector decays):
-# ListOps L = 2048, width 64: 19 s (load ≈ 7); L = 512, width 64: 10 s, width 32: 3.5 s (load
-# ≈ 10, i.e. about a fifth of the machine). Hence width 32 and a shortened ListOps (below).
+# A model and schedule small enough that one ListOps or Pathfinder run takes a few minutes on
+# the 2-core CPU, and large enough that ListOps is actually learnt. It follows `make demo`
+# (configs/listops.py `_demo`), the one recipe that learnt ListOps on this CPU: width 64,
+# 4 heads, lr 3e-3 with a short warmup, ~600 steps of batch 32 on 50-150-token expressions.
+# The previous preset (width 32, 2 heads, 100-500 tokens at L = 512, 400 steps, lr 2e-3, no
+# warmup) left every Table 3 row at 18-19% against a 15.2% majority (docs/sweep/README.md).
 
 CPU_DATA_DIR = os.path.join(os.environ.get("LRA_DATA_DIR", "data"), "cpu")
 
 _CPU_COMMON = {
-    "model.d_model": 32,
+    "model.d_model": 64,
     "model.num_layers": 2,
-    "model.num_heads": 2,
+    "model.num_heads": 4,
     "model.dropout": 0.0,
     "model.remat": False,
-    # Vector decays make the chunk_scan kernel hold B·L·C·V floats per tensor: C = 64 asked
-    # for > 23 GB at L = 2048, batch 32; C = 16 was also 2x faster than C = 32 on this CPU.
-    "model.chunk_size": 16,
+    "model.chunk_size": 32,
     "batch_size": 32,
-    "num_train_steps": 400,
-    "eval_every_steps": 100,
-    "log_every_steps": 50,
-    "warmup_epochs": 0.0,
-    "learning_rate": 2e-3,
+    "learning_rate": 3e-3,
+    "weight_decay": 0.01,
+    "warmup_epochs": 0.0,  # replaced per task by a ~30-step warmup (below)
+    "log_every_steps": 25,
 }
 
-# Generated sets under data/cpu/ (a full run can never pick them up; `--config.data_dir=data`
-# trains on the full or released data instead). Pathfinder-32 is the task itself ("hard",
-# L = 1024), only fewer images. ListOps uses the LRA generator (same operators, depth and
-# label rule) with expressions of 100-500 tokens at L = 512 instead of 500-2000 at L = 2048:
-# a deviation from the task, taken because L = 2048 is 4x the cost per step.
-_CPU_DATA = {
-    "listops": {"data_dir": os.path.join(CPU_DATA_DIR, "short"), "seq_len": 512,
-                "generate": dict(num_train=20000, num_val=1000, num_test=1000, min_length=100,
-                                 max_length=500, seed=0, workers=2)},
-    "pathfinder": {"data_dir": CPU_DATA_DIR, "generate": dict(num=12000, seed=0, workers=2)},
+# Per task: data, timescales and schedule. Generated sets live under data/cpu/ (a full run can
+# never pick them up; `--config.data_dir=data` trains on the full or released data instead).
+_CPU_TASK = {
+    # The LRA generator (same operators, depth and label rule) with expressions of 50-150
+    # tokens at L = 160 instead of 500-2000 at L = 2048: a deviation from the task, taken
+    # because nothing was learnt at L = 512 within the time a CPU run has. The HiPPO
+    # timescales are scaled to the shorter inputs as in the demo (Δ in [0.01, 1]: memories of
+    # ~1-100 tokens instead of ~10-1000); `decay_init="random"` rows ignore Δ.
+    "listops": {"data_dir": os.path.join(CPU_DATA_DIR, "listops150"), "seq_len": 160,
+                "generate": dict(num_train=16000, num_val=1000, num_test=2000, min_length=50,
+                                 max_length=150, seed=0, workers=2),
+                "model.dt_min": 0.01, "model.dt_max": 1.0,
+                "num_train_steps": 600, "warmup_epochs": 0.06,  # 30 steps of 500 per epoch
+                "eval_every_steps": 200},
+    # Pathfinder-32 is the task itself ("hard", L = 1024, the paper's Δ range), only fewer
+    # images (12k: 9.6k/1.2k/1.2k) and far fewer steps than the 200 epochs it is trained for.
+    # A train step at L = 1024 took 4.7 s at width 64 / 4 heads and 1.4 s at width 32 /
+    # 2 heads (vector decays, batch 32, idle machine; ~2 s shared), so Pathfinder gets width
+    # 32 and 100 steps (a third of an epoch, ~4-5 min a run) to fit 10 runs in ~40 min: a
+    # budget at which chance (50%) is the expected outcome. It is kept so that the pipeline
+    # runs end to end on the real task; learning Pathfinder needs tens of epochs.
+    "pathfinder": {"data_dir": CPU_DATA_DIR, "generate": dict(num=12000, seed=0, workers=2),
+                   "model.d_model": 32, "model.num_heads": 2,
+                   "num_train_steps": 100, "warmup_epochs": 0.033,  # 10 steps of 300 per epoch
+                   "eval_every_steps": 100},
 }
 
 
@@ -151,10 +165,13 @@ def cpu_preset(task: str) -> dict[str, Any]:
   Returns:
     Overrides for the model size and schedule (every task) and, for the generated tasks
     (ListOps, Pathfinder), a smaller generated data set under `data/cpu/` (ListOps with
-    shorter expressions, see `_CPU_DATA`).
-    The variant's own fields (decay, feature map, normalisation) are never touched.
+    shorter expressions and HiPPO timescales scaled to them, see `_CPU_TASK`).
+    The variant's own fields (decay kind and shape, init, feature map, normalisation) are
+    never touched.
   """
   overrides = dict(_CPU_COMMON)
-  if task in _CPU_DATA:
-    overrides.update(_CPU_DATA[task])
+  # Text, Retrieval, Image (released data, never generated): the ListOps schedule, with a
+  # warmup of a few percent of their 20k-45k-example epochs.
+  overrides.update(_CPU_TASK.get(task, {"num_train_steps": 600, "eval_every_steps": 200,
+                                        "warmup_epochs": 0.03}))
   return overrides

@@ -96,8 +96,14 @@ def test_cpu_preset_shrinks_the_run_but_not_the_variant(task):
   if task == "pathfinder":  # the task itself (L = 1024), fewer images, kept apart from real data
     assert cpu.data_dir == ablations.CPU_DATA_DIR != full.data_dir and cpu.seq_len == 0
   if task == "listops":  # the LRA generator with shorter expressions (documented deviation)
-    assert cpu.seq_len == 512 and cpu.generate.max_length <= cpu.seq_len
+    assert cpu.seq_len == 160 and cpu.generate.max_length <= cpu.seq_len
     assert cpu.data_dir.startswith(ablations.CPU_DATA_DIR)
+    # HiPPO timescales scaled to the ~10x shorter inputs, as in `make demo`.
+    assert (cpu.model.dt_min, cpu.model.dt_max) == (10 * full.model.dt_min, 10 * full.model.dt_max)
+  else:  # the other tasks keep their length and timescales
+    assert cpu.seq_len == full.seq_len and cpu.model.dt_max == full.model.dt_max
+  # A short warmup, and every run ends with an evaluation on the schedule it was given.
+  assert 0 < cpu.warmup_epochs < 1 and cpu.num_train_steps % cpu.eval_every_steps == 0
 
 
 def _one_step(task, variant, tmp_path):
