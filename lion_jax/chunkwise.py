@@ -14,6 +14,13 @@ right; both states come from one `lax.scan` over chunks, the two directions stac
 axis. Only chunk-local sums are exponentiated and every exponent is ≤ 0: stable in float32 at
 any L. Work O(L·C·(K+E) + L·K·E), memory O(L·C + N·K·E).
 
+With one decay per carried channel (vector decays) the same-chunk mask differs per channel.
+When every chunk's log-decays span at most 2W (`factored_exponent_limit`: 80 in float32, e.g.
+per-token log λ ≥ −1.25 at C = 64), each triangle factors through a per-chunk middle R,
+e^{F_r − F_c} = e^{F_r − R} · e^{R − F_c}, and the block is two matmuls with O(C·E) scaling;
+otherwise exact [C, C, E] masks are used, one chunk at a time. A single `lax.cond` picks the
+branch for the whole call, so each branch fuses as an unconditional kernel would.
+
 Unlike running a causal kernel on the sequence and on its flip (`lion_jax.recurrent`), this
 computes each C×C score block once and never flips the sequence, and it works heads-first
 ([B, H, N, C, X]) so that every contraction is a batched matmul.
@@ -23,11 +30,13 @@ Shapes follow the legend in `lion_jax.masks`; additionally N = number of chunks,
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 
-# Vector decays give every carried channel its own C×C mask; splitting a chunk into sub-chunks
-# of this size keeps only the diagonal sub-blocks exact and routes the rest through matmuls.
+# The exact fallback for vector decays splits a chunk into sub-chunks of this size: only the
+# diagonal sub-blocks get [S, S, E] masks, the rest goes through matmuls.
 VECTOR_SUBCHUNK = 8
 
 
@@ -62,7 +71,41 @@ def bidirectional_chunk_scan(q, k, u, forward_gate, log_decay, chunk_size: int =
     x = jnp.pad(x, [(0, 0), (0, pad), (0, 0), (0, 0)])
     return jnp.moveaxis(x, 2, 1).reshape(batch, heads, num_chunks, chunk, x.shape[-1])
 
-  q, k, u, forward_gate, log_decay = map(to_chunks, (q, k, u, forward_gate, log_decay))
+  chunked = tuple(map(to_chunks, (q, k, u, forward_gate, log_decay)))
+
+  def unchunk(x):  # [B, H, N, C, X] -> [B, L, H, X]
+    x = jnp.moveaxis(x.reshape(batch, heads, num_chunks * chunk, x.shape[-1]), 1, 2)
+    return x[:, :length]
+
+  if groups == 1:
+    out, key_sums = _chunk_kernel(*chunked, _scalar_block)
+    return unchunk(out), unchunk(key_sums) if with_key_sums else None
+  # Vector decays: the factored block needs every chunk's log-decays to span at most 2W, and
+  # Σ_t |gate_t| over a chunk bounds that span. One `cond` for the whole kernel, so that each
+  # branch fuses as freely as an unconditional kernel would.
+  limit = factored_exponent_limit(u.dtype)
+  span = jnp.maximum(jnp.abs(chunked[3]).sum(-2), jnp.abs(chunked[4]).sum(-2))  # [B, H, N, G]
+  kernel = lambda block: lambda *operands: _chunk_kernel(*operands, block)[0]
+  # NaN or ∞ spans fail the test and take the exact branch.
+  out = jax.lax.cond(jnp.max(span) <= 2 * limit, kernel(_factored_block),
+                     kernel(_exact_vector_block), *chunked)
+  return unchunk(out), None
+
+
+def _chunk_kernel(q, k, u, forward_gate, log_decay, intra_block):
+  """The chunk kernel on chunked inputs, with a given same-chunk block.
+
+  Args:
+    q, k: [B, H, N, C, K].
+    u: [B, H, N, C, E].
+    forward_gate, log_decay: [B, H, N, C, G].
+    intra_block: (scores, u, F, A) -> ([B, H, N, C, E] same-chunk outputs, [B, H, N, C, 1]
+      same-chunk key sums or None).
+
+  Returns:
+    [B, H, N, C, E] outputs and [B, H, N, C, 1] key sums (None unless `intra_block` gives them).
+  """
+  batch, chunk = q.shape[0], q.shape[-2]
   # Chunk-local inclusive cumsums; a tiny matmul is much faster than cumsum on XLA:CPU.
   inclusive = jnp.tril(jnp.ones((chunk, chunk), q.dtype))  # [C(r), C(t)]
   fwd = jnp.einsum("rt,bhntg->bhnrg", inclusive, forward_gate)  # [B, H, N, C, G] F
@@ -70,16 +113,7 @@ def bidirectional_chunk_scan(q, k, u, forward_gate, log_decay, chunk_size: int =
   fwd_total, bwd_total = fwd[:, :, :, -1], bwd[:, :, :, -1]  # [B, H, N, G]
 
   scores = jnp.einsum("bhnrk,bhnck->bhnrc", q, k)  # [B, H, N, C, C]
-  key_sums = None
-  if groups == 1:
-    weights = scores * _block_decay(fwd[..., 0], bwd[..., 0])  # [B, H, N, C, C]
-    intra = jnp.einsum("bhnrc,bhnce->bhnre", weights, u)
-    if with_key_sums:
-      key_sums = weights.sum(-1, keepdims=True)  # [B, H, N, C, 1]
-  elif chunk % VECTOR_SUBCHUNK == 0 and chunk > VECTOR_SUBCHUNK:
-    intra = _vector_block_subchunked(scores, u, fwd, bwd, VECTOR_SUBCHUNK)
-  else:
-    intra = _exact_block(scores, u, fwd, bwd)
+  intra, key_sums = intra_block(scores, u, fwd, bwd)
 
   # What each chunk adds to the state leaving it, per direction: forward Σ_c e^{F̄ − F_c} k_c u_cᵀ
   # (towards later chunks), backward Σ_c e^{A_c} k_c u_cᵀ (towards earlier ones).
@@ -89,7 +123,7 @@ def bidirectional_chunk_scan(q, k, u, forward_gate, log_decay, chunk_size: int =
                              jnp.flip(jnp.einsum("bhnck,bhnce->bhnke", k, u * to_start), 2)])
   totals = jnp.concatenate([fwd_total, jnp.flip(bwd_total, 2)])  # [2B, H, N, G], chunks in scan order
   carried = (leaving,)  # [2B, H, N, K, E]
-  if with_key_sums:
+  if key_sums is not None:
     carried += (jnp.concatenate([jnp.einsum("bhnck,bhnc->bhnk", k, to_end[..., 0]),
                                  jnp.flip(jnp.einsum("bhnck,bhnc->bhnk", k, to_start[..., 0]),
                                           2)])[..., None],)  # [2B, H, N, K, 1]
@@ -103,14 +137,25 @@ def bidirectional_chunk_scan(q, k, u, forward_gate, log_decay, chunk_size: int =
     return (jnp.einsum("bhnrk,bhnkx->bhnrx", q, forward_state) * from_start
             + jnp.einsum("bhnrk,bhnkx->bhnrx", q, backward_state) * from_end)
 
-  def unchunk(x):  # [B, H, N, C, X] -> [B, L, H, X]
-    x = jnp.moveaxis(x.reshape(batch, heads, num_chunks * chunk, x.shape[-1]), 1, 2)
-    return x[:, :length]
-
-  out = unchunk(intra + read_out(entering[0]))
-  if with_key_sums:
-    key_sums = unchunk(key_sums + read_out(entering[1]))
+  out = intra + read_out(entering[0])
+  if key_sums is not None:
+    key_sums = key_sums + read_out(entering[1])
   return out, key_sums
+
+
+def _scalar_block(scores, u, fwd, bwd):
+  """Same-chunk outputs and key sums with one decay per head: one exact C×C mask.
+
+  Args:
+    scores: [B, H, N, C, C] q_r·k_c.
+    u: [B, H, N, C, E] carried values.
+    fwd, bwd: [B, H, N, C, 1] chunk-local inclusive cumsums F and A.
+
+  Returns:
+    [B, H, N, C, E] outputs and [B, H, N, C, 1] key sums (dropped by XLA when unused).
+  """
+  weights = scores * _block_decay(fwd[..., 0], bwd[..., 0])  # [B, H, N, C, C]
+  return jnp.einsum("bhnrc,bhnce->bhnre", weights, u), weights.sum(-1, keepdims=True)
 
 
 def _entering_states(totals, leaving):
@@ -152,6 +197,72 @@ def _block_decay(fwd, bwd):
   exponent = jnp.where(row > col, fwd[..., :, None] - fwd[..., None, :],
                        jnp.where(row < col, bwd[..., None, :] - bwd[..., :, None], 0.0))
   return jnp.exp(exponent)
+
+
+def factored_exponent_limit(dtype) -> float:
+  """W: the largest |exponent| one factor of the factored block may take in `dtype`.
+
+  A factor e^{±W} times scores and values must stay finite, forward and backward, so W keeps
+  a margin below half the largest exponent: 39.9 in float32, 319 in float64.
+  """
+  return 0.45 * math.log(float(jnp.finfo(dtype).max))
+
+
+def _factored_block(scores, u, fwd, bwd):
+  """Same-chunk outputs through e^{F_r − F_c} = e^{F_r − R} · e^{R − F_c}: two matmuls.
+
+  R is the middle of each chunk's range of F per channel (R' likewise for A), so each factor
+  lies in [e^{−T/2}, e^{T/2}] for a spread T; `bidirectional_chunk_scan` runs this only when
+  T ≤ 2W (`factored_exponent_limit`) in every chunk and channel.
+  Rounding stays that of the exact sums: every product keeps its relative error, only its scale
+  is moved between the key and the query side.
+
+  Args:
+    scores: [B, H, N, C, C] q_r·k_c.
+    u: [B, H, N, C, E] carried values.
+    fwd: [B, H, N, C, E] chunk-local inclusive cumsum F of the forward gates.
+    bwd: [B, H, N, C, E] chunk-local inclusive cumsum A of log λ.
+
+  Returns:
+    [B, H, N, C, E] same-chunk outputs, and None (no key sums).
+  """
+  limit = factored_exponent_limit(u.dtype)
+  middle = lambda x: 0.5 * (jnp.max(x, axis=-2, keepdims=True) + jnp.min(x, axis=-2, keepdims=True))
+  # The clip is a no-op whenever this branch is taken; it keeps the untaken branch finite
+  # (and its zero cotangents NaN-free) where `cond` lowers to `select` under `vmap`.
+  factor = lambda x: jnp.exp(jnp.clip(x, -limit, limit))
+  below, above = fwd - middle(fwd), bwd - middle(bwd)  # [B, H, N, C, E]
+  size = scores.shape[-1]
+  row = jnp.arange(size)[:, None]
+  col = jnp.arange(size)[None, :]
+  triangles = jnp.stack([jnp.where(row > col, scores, 0.0),
+                         jnp.where(row < col, scores, 0.0)], axis=-3)  # [B, H, N, 2, C, C]
+  scaled = jnp.stack([factor(-below) * u, factor(above) * u], axis=-3)  # [B, H, N, 2, C, E]
+  both = jnp.einsum("bhntrc,bhntce->bhntre", triangles, scaled)  # [B, H, N, 2, C, E]
+  on_diagonal = jnp.diagonal(scores, axis1=-2, axis2=-1)[..., None] * u
+  return (factor(below) * both[..., 0, :, :] + factor(-above) * both[..., 1, :, :] + on_diagonal,
+          None)
+
+
+def _exact_vector_block(scores, u, fwd, bwd):
+  """The vector-decay fallback: exact masks (sub-chunked when C allows), one chunk at a time.
+
+  Mapping over chunks with each step rematerialised keeps the working set at one chunk's
+  masks, forward and backward; XLA gives a `cond` branch buffers of its own, so a batched
+  fallback would cost its full size in memory even when the fast branch runs.
+
+  Args and returns as `_factored_block`.
+  """
+  chunk = u.shape[-2]
+
+  def one_chunk(operands):  # [B, H, 1, C, ...] each
+    if chunk % VECTOR_SUBCHUNK == 0 and chunk > VECTOR_SUBCHUNK:
+      return _vector_block_subchunked(*operands, VECTOR_SUBCHUNK)
+    return _exact_block(*operands)
+
+  chunks_first = tuple(jnp.moveaxis(x, 2, 0)[:, :, :, None] for x in (scores, u, fwd, bwd))
+  out = jax.lax.map(jax.checkpoint(one_chunk), chunks_first)  # [N, B, H, 1, C, E]
+  return jnp.moveaxis(out[:, :, :, 0], 0, 2), None
 
 
 def _vector_block_subchunked(scores, u, fwd, bwd, sub):

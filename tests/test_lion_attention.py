@@ -211,6 +211,57 @@ def test_extreme_decays_stay_finite_and_exact(log_range):
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5, err_msg=form)
 
 
+def _vector_inputs_spanning(span_per_chunk, length=37, seed=11):
+  """Inputs whose vector log-decays add up to `span_per_chunk` over each full chunk of CHUNK."""
+  q, k, v, _, key_mask = make_inputs(length, "lit", seed=seed)
+  jitter = np.random.default_rng(seed).uniform(0.9, 1.0, (B, length, H, V))
+  log_decay = -span_per_chunk / CHUNK * jitter
+  log_decay[:, :CHUNK, 0, 0] = -span_per_chunk / CHUNK  # one chunk and channel exactly at the span
+  return q, k, v, log_decay, key_mask
+
+
+@pytest.mark.parametrize("normalize", ["after", "none"])
+@pytest.mark.parametrize("margin", [-0.5, 0.5], ids=["factored", "exact"])
+def test_vector_chunk_scan_is_exact_on_both_sides_of_the_factored_range(margin, normalize):
+  """float32, vector decays: chunks whose log-decays span just under 2W go through the factored
+  block with factors up to e^{±W}; just over 2W, through the exact masks. Both match the
+  definition, forward and backward."""
+  span = 2 * chunkwise.factored_exponent_limit(np.float32) + margin
+  q, k, v, log_decay, key_mask = _vector_inputs_spanning(span)
+  expected = reference_lion(q, k, v, log_decay, normalize=normalize, key_mask=key_mask)
+  f32 = [np.asarray(x, np.float32) for x in (q, k, v, log_decay)]
+  got = compiled("chunk_scan", "symmetric", normalize, True)(*f32, key_mask)
+  np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+  weights = np.random.default_rng(12).normal(size=v.shape)
+  def loss(form, q, k, v, log_decay):
+    out = lion_attention(q, k, v, log_decay, form=form, normalize=normalize, key_mask=key_mask,
+                         chunk_size=CHUNK)
+    return jnp.sum(out * weights)
+  grads = jax.jit(jax.grad(functools.partial(loss, "chunk_scan"), argnums=(0, 1, 2, 3)))(*f32)
+  with jax.enable_x64(True):
+    expected_grads = jax.grad(functools.partial(loss, "attention"), argnums=(0, 1, 2, 3))(
+        *(jnp.asarray(x) for x in (q, k, v, log_decay)))
+  for name, g, e in zip("q k v log_decay".split(), grads, expected_grads):
+    np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-4 * np.abs(e).max(), err_msg=f"d/d{name}")
+
+
+def test_factored_block_alone_breaks_beyond_its_range_which_is_why_it_is_guarded():
+  """Past 2W the factored block's factors overflow float32; the public function switches."""
+  span = 3 * chunkwise.factored_exponent_limit(np.float32)
+  q, k, v, log_decay, _ = _vector_inputs_spanning(span, length=2 * CHUNK)
+  to_chunks = lambda x: jnp.moveaxis(jnp.asarray(x, jnp.float32), 2, 1).reshape(
+      B, H, 2, CHUNK, x.shape[-1])
+  factored, _ = chunkwise._chunk_kernel(*map(to_chunks, (q, k, v, log_decay, log_decay)),
+                                        chunkwise._factored_block)
+  expected = reference_lion(q, k, v, log_decay, normalize="none")
+  factored = np.asarray(jnp.moveaxis(factored.reshape(B, H, 2 * CHUNK, V), 1, 2))
+  assert not np.allclose(factored, expected, rtol=1e-3, atol=1e-3)
+  got = compiled("chunk_scan", "symmetric", "none", False)(
+      *(np.asarray(x, np.float32) for x in (q, k, v, log_decay)), None)
+  np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
 def test_symmetric_mask_is_symmetric_and_code_mask_is_the_release_products():
   decay = np.random.default_rng(10).uniform(0.3, 0.99, (19, 3))  # [L, channels]
   with jax.enable_x64(True):
