@@ -18,8 +18,9 @@ from tests.reference import expand_log_decay, reference_lion, reference_mask
 
 FORMS = ("attention", "rnn", "scan", "chunk", "chunk_scan")
 DECAY_KINDS = ("lit", "fixed_head", "fixed_channel", "selective", "selective_vector")
-CHUNK = 16  # small, so L = 37 and 96 span several chunks (37 ends in a partial one) and
-# vector decays take the sub-chunked intra-chunk path (C > chunkwise.VECTOR_SUBCHUNK)
+CHUNK = 16  # small, so L = 37 and 96 span several chunks (37 ends in a partial one); vector
+# decays take the factored block unless they are extreme, then the sub-chunked exact masks
+# (C > chunkwise.VECTOR_SUBCHUNK); L = 7 is one short chunk, which takes the plain exact masks
 B, H, K, V = 2, 2, 3, 4
 
 
@@ -194,11 +195,12 @@ def test_float32_is_stable_at_length_16384(form):
   np.testing.assert_allclose(np.asarray(out)[0, rows, 0], expected, rtol=2e-5, atol=2e-5)
 
 
+@pytest.mark.parametrize("length", [37, 7])
 @pytest.mark.parametrize("log_range", [(-40.0, -20.0), (-1e-9, 0.0)], ids=["to_zero", "to_one"])
-def test_extreme_decays_stay_finite_and_exact(log_range):
+def test_extreme_decays_stay_finite_and_exact(log_range, length):
   rng = np.random.default_rng(8)
-  q, k, v, _, key_mask = make_inputs(37, "lit", seed=9)
-  log_decay = rng.uniform(*log_range, (B, 37, H, V))
+  q, k, v, _, key_mask = make_inputs(length, "lit", seed=9)
+  log_decay = rng.uniform(*log_range, (B, length, H, V))
   expected = reference_lion(q, k, v, log_decay, key_mask=key_mask)
   with jax.enable_x64(True):
     for form in FORMS:
