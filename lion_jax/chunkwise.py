@@ -215,7 +215,9 @@ def _factored_block(scores, u, fwd, bwd):
   lies in [e^{−T/2}, e^{T/2}] for a spread T; `bidirectional_chunk_scan` runs this only when
   T ≤ 2W (`factored_exponent_limit`) in every chunk and channel.
   Rounding stays that of the exact sums: every product keeps its relative error, only its scale
-  is moved between the key and the query side.
+  is moved between the key and the query side. R cancels from every product, so it is held
+  constant under differentiation: its true gradient is zero, and skipping the max/min backward
+  saves two passes over [B, H, N, C, E].
 
   Args:
     scores: [B, H, N, C, C] q_r·k_c.
@@ -226,11 +228,9 @@ def _factored_block(scores, u, fwd, bwd):
   Returns:
     [B, H, N, C, E] same-chunk outputs, and None (no key sums).
   """
-  limit = factored_exponent_limit(u.dtype)
-  middle = lambda x: 0.5 * (jnp.max(x, axis=-2, keepdims=True) + jnp.min(x, axis=-2, keepdims=True))
-  # The clip is a no-op whenever this branch is taken; it keeps the untaken branch finite
-  # (and its zero cotangents NaN-free) where `cond` lowers to `select` under `vmap`.
-  factor = lambda x: jnp.exp(jnp.clip(x, -limit, limit))
+  factor = _bounded_exp(factored_exponent_limit(u.dtype))
+  middle = lambda x: jax.lax.stop_gradient(
+      0.5 * (jnp.max(x, axis=-2, keepdims=True) + jnp.min(x, axis=-2, keepdims=True)))
   below, above = fwd - middle(fwd), bwd - middle(bwd)  # [B, H, N, C, E]
   size = scores.shape[-1]
   row = jnp.arange(size)[:, None]
@@ -240,8 +240,28 @@ def _factored_block(scores, u, fwd, bwd):
   lower = jnp.einsum("bhnrc,bhnce->bhnre", jnp.where(row > col, scores, 0.0),
                      factor(-below) * u)  # [B, H, N, C, E]
   upper = jnp.einsum("bhnrc,bhnce->bhnre", jnp.where(row < col, scores, 0.0), factor(above) * u)
-  on_diagonal = jnp.diagonal(scores, axis1=-2, axis2=-1)[..., None] * u
+  on_diagonal = _diagonal_blocks(scores, 1)[..., 0] * u  # [B, H, N, C, 1] * [B, H, N, C, E]
   return factor(below) * lower + factor(-above) * upper + on_diagonal, None
+
+
+def _bounded_exp(limit):
+  """x ↦ e^{clip(x, −limit, limit)}, differentiated as if unclipped (d/dx = the value).
+
+  The clip is a no-op wherever the factored branch is taken; it keeps the untaken branch
+  finite (and its zero cotangents NaN-free) where `cond` lowers to `select` under `vmap`.
+  Differentiating the clip itself would add a select-and-divide pass per factor (10% of a
+  vector layer's forward+backward on XLA:CPU).
+  """
+  @jax.custom_jvp
+  def bounded_exp(x):
+    return jnp.exp(jnp.clip(x, -limit, limit))
+
+  @bounded_exp.defjvp
+  def _(primals, tangents):
+    value = bounded_exp(primals[0])
+    return value, value * tangents[0]
+
+  return bounded_exp
 
 
 def _exact_vector_block(scores, u, fwd, bwd):
@@ -290,8 +310,7 @@ def _vector_block_subchunked(scores, u, fwd, bwd, sub):
   split = lambda x: x.reshape(*lead, blocks, sub, channels)  # [B, H, N, P, S, E]
   fwd_b, bwd_b, u_b = split(fwd), split(bwd), split(u)
   rows = scores.reshape(*lead, blocks, sub, chunk)  # [B, H, N, P, S, C]
-  own = jnp.diagonal(rows.reshape(*lead, blocks, sub, blocks, sub), axis1=-4, axis2=-2)
-  own = jnp.moveaxis(own, -1, -3)  # [B, H, N, P, S(r), S(c)]
+  own = _diagonal_blocks(scores, sub)  # [B, H, N, P, S(r), S(c)]
   diagonal = _exact_block(own, u_b, fwd_b, bwd_b)  # [B, H, N, P, S, E]
   # F just before each sub-block (0 before the first) and A at its end.
   before = jnp.concatenate([jnp.zeros_like(fwd_b[..., :1, -1, :]), fwd_b[..., :-1, -1, :]],
@@ -302,11 +321,33 @@ def _vector_block_subchunked(scores, u, fwd, bwd, sub):
   to_before = jnp.where(key < start, before[..., :, None, :] - fwd[..., None, :, :], -jnp.inf)
   from_end = jnp.where(key >= start + sub, bwd[..., None, :, :] - end[..., :, None, :], -jnp.inf)
   carried = jnp.concatenate([jnp.exp(to_before), jnp.exp(from_end)], axis=-1)  # [..., P, C, 2E]
-  carried = carried * jnp.concatenate([u, u], axis=-1)[..., None, :, :]
+  # Stacked copies, not a broadcast: the broadcast's transpose is a multiply-reduce over P that
+  # XLA:CPU's YNN reduce fusion crashes on under `vmap` in `lax.map` (jaxlib 0.10.2, segfault;
+  # `test_vmapped_examples_on_either_side_of_the_range_get_exact_finite_gradients`).
+  carried = carried * jnp.stack([jnp.concatenate([u, u], axis=-1)] * blocks, axis=-3)
   both = jnp.einsum("bhnpsc,bhnpce->bhnpse", rows, carried)  # [B, H, N, P, S, 2E]
   off_diagonal = (both[..., :channels] * jnp.exp(fwd_b - before[..., None, :])
                   + both[..., channels:] * jnp.exp(end[..., None, :] - bwd_b))
   return (diagonal + off_diagonal).reshape(u.shape)
+
+
+def _diagonal_blocks(square, size):
+  """The S×S blocks on the diagonal of [..., C, C] matrices, by reshapes and a strided slice.
+
+  Not `jnp.diagonal`, which lowers to a gather (and a scatter-add in the backward pass).
+
+  Args:
+    square: [..., C, C].
+    size: S, dividing C.
+
+  Returns:
+    [..., C/S, S(r), S(c)].
+  """
+  *lead, chunk, _ = square.shape
+  blocks = chunk // size
+  tiles = square.reshape(*lead, blocks, size, blocks, size)
+  tiles = jnp.swapaxes(tiles, -3, -2).reshape(*lead, blocks * blocks, size, size)  # [..., P·P, S, S]
+  return tiles[..., ::blocks + 1, :, :]
 
 
 def _exact_block(scores, u, fwd, bwd):

@@ -248,6 +248,33 @@ def test_vector_chunk_scan_is_exact_on_both_sides_of_the_factored_range(margin, 
     np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-4 * np.abs(e).max(), err_msg=f"d/d{name}")
 
 
+def test_vmapped_examples_on_either_side_of_the_range_get_exact_finite_gradients():
+  """Under `vmap` the branch choice is per example, so `cond` becomes `select` and both branches
+  run on every example: the factored branch sees decays far beyond its range (its clipped
+  factors must stay finite) and its zero cotangents must not turn into NaN gradients."""
+  gentle = _vector_inputs_spanning(0.5 * chunkwise.factored_exponent_limit(np.float32))
+  steep = _vector_inputs_spanning(20 * chunkwise.factored_exponent_limit(np.float32))
+  q, k, v, log_decay, key_mask = (np.stack([a, b]) for a, b in zip(gentle, steep))
+  weights = np.random.default_rng(13).normal(size=v.shape)
+
+  def loss(form, q, k, v, log_decay, key_mask, weights):
+    out = lion_attention(q, k, v, log_decay, form=form, key_mask=key_mask, chunk_size=CHUNK)
+    return jnp.sum(out * weights)
+
+  per_example = jax.vmap(jax.value_and_grad(functools.partial(loss, "chunk_scan"),
+                                            argnums=(0, 1, 2, 3)))
+  values, grads = jax.jit(per_example)(*(np.asarray(x, np.float32) for x in (q, k, v, log_decay)),
+                                       key_mask, np.asarray(weights, np.float32))
+  with jax.enable_x64(True):
+    expected_values, expected_grads = jax.vmap(jax.value_and_grad(
+        functools.partial(loss, "attention"), argnums=(0, 1, 2, 3)))(
+            *(jnp.asarray(x) for x in (q, k, v, log_decay)), key_mask, jnp.asarray(weights))
+  np.testing.assert_allclose(values, expected_values, rtol=1e-5)
+  for name, g, e in zip("q k v log_decay".split(), grads, expected_grads):
+    assert np.all(np.isfinite(g)), f"d/d{name}"
+    np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-4 * np.abs(e).max(), err_msg=f"d/d{name}")
+
+
 def test_factored_block_alone_breaks_beyond_its_range_which_is_why_it_is_guarded():
   """Past 2W the factored block's factors overflow float32; the public function switches."""
   span = 3 * chunkwise.factored_exponent_limit(np.float32)
