@@ -67,15 +67,22 @@ def bidirectional_chunk_scan(q, k, u, forward_gate, log_decay, chunk_size: int =
   num_chunks = -(-length // chunk)
   pad = num_chunks * chunk - length
 
-  def to_chunks(x):  # [B, L, H, X] -> [B, H, N, C, X]
-    x = jnp.pad(x, [(0, 0), (0, pad), (0, 0), (0, 0)])
+  def to_chunks(x):  # [B, L', H, X] (L' = N·C) -> [B, H, N, C, X]
     return jnp.moveaxis(x, 2, 1).reshape(batch, heads, num_chunks, chunk, x.shape[-1])
-
-  chunked = tuple(map(to_chunks, (q, k, u, forward_gate, log_decay)))
 
   def unchunk(x):  # [B, H, N, C, X] -> [B, L, H, X]
     x = jnp.moveaxis(x.reshape(batch, heads, num_chunks * chunk, x.shape[-1]), 1, 2)
     return x[:, :length]
+
+  padded = [jnp.pad(x, [(0, 0), (0, pad), (0, 0), (0, 0)])
+            for x in (q, k, u, forward_gate, log_decay)]  # [B, L', H, X]
+  # Chunk-local inclusive cumsums F and A, before the heads-first relayout: there they are one
+  # batched [C, C] @ [C, H·G] matmul each, with no transposes (XLA:CPU's cumsum is much slower).
+  inclusive = jnp.broadcast_to(jnp.tril(jnp.ones((chunk, chunk), q.dtype)),
+                               (batch, num_chunks, chunk, chunk))  # [B, N, C(r), C(t)]
+  in_chunks = lambda x: x.reshape(batch, num_chunks, chunk, heads * groups)  # [B, N, C, H·G]
+  cumsums = [jnp.matmul(inclusive, in_chunks(x)).reshape(x.shape) for x in padded[3:]]
+  chunked = tuple(map(to_chunks, padded[:3] + cumsums))  # q, k, u, F, A
 
   if groups == 1:
     out, key_sums = _chunk_kernel(*chunked, _scalar_block)
@@ -84,7 +91,7 @@ def bidirectional_chunk_scan(q, k, u, forward_gate, log_decay, chunk_size: int =
   # Σ_t |gate_t| over a chunk bounds that span. One `cond` for the whole kernel, so that each
   # branch fuses as freely as an unconditional kernel would.
   limit = factored_exponent_limit(u.dtype)
-  span = jnp.maximum(jnp.abs(chunked[3]).sum(-2), jnp.abs(chunked[4]).sum(-2))  # [B, H, N, G]
+  span = jnp.maximum(*(jnp.abs(in_chunks(x)).sum(-2) for x in padded[3:]))  # [B, N, H·G]
   kernel = lambda block: lambda *operands: _chunk_kernel(*operands, block)[0]
   # NaN or ∞ spans fail the test and take the exact branch.
   out = jax.lax.cond(jnp.max(span) <= 2 * limit, kernel(_factored_block),
@@ -92,24 +99,21 @@ def bidirectional_chunk_scan(q, k, u, forward_gate, log_decay, chunk_size: int =
   return unchunk(out), None
 
 
-def _chunk_kernel(q, k, u, forward_gate, log_decay, intra_block):
+def _chunk_kernel(q, k, u, fwd, bwd, intra_block):
   """The chunk kernel on chunked inputs, with a given same-chunk block.
 
   Args:
     q, k: [B, H, N, C, K].
     u: [B, H, N, C, E].
-    forward_gate, log_decay: [B, H, N, C, G].
+    fwd, bwd: [B, H, N, C, G] chunk-local inclusive cumsums F of the forward gates and A of
+      log λ.
     intra_block: (scores, u, F, A) -> ([B, H, N, C, E] same-chunk outputs, [B, H, N, C, 1]
       same-chunk key sums or None).
 
   Returns:
     [B, H, N, C, E] outputs and [B, H, N, C, 1] key sums (None unless `intra_block` gives them).
   """
-  batch, chunk = q.shape[0], q.shape[-2]
-  # Chunk-local inclusive cumsums; a tiny matmul is much faster than cumsum on XLA:CPU.
-  inclusive = jnp.tril(jnp.ones((chunk, chunk), q.dtype))  # [C(r), C(t)]
-  fwd = jnp.einsum("rt,bhntg->bhnrg", inclusive, forward_gate)  # [B, H, N, C, G] F
-  bwd = jnp.einsum("rt,bhntg->bhnrg", inclusive, log_decay)  # [B, H, N, C, G] A
+  batch = q.shape[0]
   fwd_total, bwd_total = fwd[:, :, :, -1], bwd[:, :, :, -1]  # [B, H, N, G]
 
   scores = jnp.einsum("bhnrk,bhnck->bhnrc", q, k)  # [B, H, N, C, C]
