@@ -248,6 +248,24 @@ def test_vector_chunk_scan_is_exact_on_both_sides_of_the_factored_range(margin, 
     np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-4 * np.abs(e).max(), err_msg=f"d/d{name}")
 
 
+@pytest.mark.parametrize("margin, taken", [(-0.5, "_factored_block"), (0.5, "_exact_vector_block")])
+def test_guard_sends_chunks_within_2W_to_the_factored_block_and_the_rest_to_exact_masks(
+    monkeypatch, margin, taken):
+  """The fast path must really run inside its range (else the speed is lost silently) and never
+  outside it: poisoning the other branch with NaN leaves the output finite."""
+  span = 2 * chunkwise.factored_exponent_limit(np.float32) + margin
+  q, k, v, log_decay, key_mask = _vector_inputs_spanning(span)
+  other = {"_factored_block", "_exact_vector_block"} - {taken}
+  for name in other:
+    real = getattr(chunkwise, name)
+    monkeypatch.setattr(chunkwise, name,
+                        lambda *operands, real=real: (real(*operands)[0] * np.nan, None))
+  got = jax.jit(lambda *x: lion_attention(*x, form="chunk_scan", key_mask=key_mask,
+                                          chunk_size=CHUNK))(
+      *(np.asarray(x, np.float32) for x in (q, k, v, log_decay)))
+  assert np.all(np.isfinite(got)), f"{taken} was not the branch taken"
+
+
 def test_vmapped_examples_on_either_side_of_the_range_get_exact_finite_gradients():
   """Under `vmap` the branch choice is per example, so `cond` becomes `select` and both branches
   run on every example: the factored branch sees decays far beyond its range (its clipped
