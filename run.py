@@ -18,6 +18,8 @@ from pathlib import Path
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+import lion_jax  # noqa: F401  (first: sets lion-jax's XLA:CPU flags before JAX starts a backend)
+
 FLAGS = flags.FLAGS
 flags.DEFINE_string("workdir", None, "Run folder: checkpoints, metrics, results.", required=True)
 flags.DEFINE_enum("mode", "train", ["train", "eval"], "train (or resume), or evaluate the best checkpoint.")

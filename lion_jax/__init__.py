@@ -3,6 +3,11 @@
 Shape legend: see `lion_jax.masks`.
 """
 
+from lion_jax.xla_flags import disable_crashing_cpu_fusions
+
+# Before anything can start a JAX backend: XLA reads its flags once, at that moment.
+disable_crashing_cpu_fusions()
+
 from lion_jax.attention import LionForm, Normalize, lion_attention, per_token_log_decay, resolve_form
 from lion_jax.masks import Convention, lion_mask, segsum, toeplitz_mask
 from lion_jax.config import PRESETS, ModelConfig, preset
@@ -21,6 +26,7 @@ __all__ = [
     "S5Block",
     "TransformerBlock",
     "count_params",
+    "disable_crashing_cpu_fusions",
     "feature_map",
     "masked_mean",
     "preset",

@@ -384,4 +384,8 @@ def _exact_block(scores, u, fwd, bwd):
   col = jnp.arange(size)[None, :, None]
   exponent = jnp.where(row > col, fwd[..., :, None, :] - fwd[..., None, :, :],
                        jnp.where(row < col, bwd[..., None, :, :] - bwd[..., :, None, :], 0.0))
-  return jnp.sum(scores[..., None] * jnp.exp(exponent) * u[..., None, :, :], axis=-2)
+  weights = scores[..., None] * jnp.exp(exponent)  # [..., C(r), C(c), E]
+  # A contraction over keys, not a product summed over an inner axis: the sum's backward pass
+  # (a reduce over a non-minor axis plus a transpose) segfaults XLA:CPU's YNN fusions on
+  # AVX2-only CPUs (jaxlib 0.10.2); a dot_general and its transposes are dots.
+  return jnp.einsum("...rce,...ce->...re", weights, u)

@@ -3,4 +3,6 @@ than they save), and no global float64 (tests that need it use `jax.enable_x64(T
 
 import jax
 
+import lion_jax  # noqa: F401  (sets lion-jax's XLA:CPU flags before any test starts a backend)
+
 jax.config.update("jax_disable_most_optimizations", True)

@@ -1,0 +1,92 @@
+"""Everything that has crashed XLA:CPU runs in a fresh process: a segfault fails one test.
+
+Each case runs twice: with lion-jax's own XLA flags (`lion_jax.xla_flags`, YNN fusions off) and
+with the YNN fusions a user may switch on (`dot,reduce,eltwise`), which crashed the kernel as it
+was before its exact vector block became a contraction. The second run is what shows that the
+kernel itself is safe, whatever the flags.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lion_jax import xla_flags
+from tests.xla_crash_cases import CASES
+
+ROOT = Path(__file__).resolve().parents[1]
+FLAG_SETTINGS = {
+    "lion_jax_flags": "",
+    "ynn_fusions_on": f"{xla_flags.YNN_FUSION_FLAG}=dot,reduce,eltwise",
+}
+
+
+def _environment(xla_setting: str) -> dict[str, str]:
+  """This process's environment minus the YNN flag lion_jax put in it, plus `xla_setting`."""
+  inherited = [flag for flag in os.environ.get("XLA_FLAGS", "").split()
+               if not flag.startswith(xla_flags.YNN_FUSION_FLAG)]
+  return dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT),
+              XLA_FLAGS=" ".join(inherited + [xla_setting]).strip())
+
+
+def _run(cmd, env, timeout=600) -> subprocess.CompletedProcess:
+  proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+  assert proc.returncode == 0, (
+      f"exit code {proc.returncode} (-11 or 139: segmentation fault)\n{proc.stderr[-3000:]}")
+  return proc
+
+
+@pytest.mark.parametrize("setting", FLAG_SETTINGS)
+@pytest.mark.parametrize("case", CASES)
+def test_known_crash_case_runs_and_matches_float64(case, setting):
+  proc = _run([sys.executable, "-m", "tests.xla_crash_cases", case],
+              _environment(FLAG_SETTINGS[setting]))
+  report = json.loads(proc.stdout.strip().splitlines()[-1])
+  assert report["finite"]
+  for name, error in report["entrywise"].items():
+    assert error < 1e-4, f"d/d{name}: {error:.2e} of its largest entry"
+  if "directional" in report:
+    assert report["directional"] < 1e-4
+
+
+def test_lion_jax_import_switches_ynn_fusions_off_unless_the_user_chose():
+  env = _environment("")
+  show = [sys.executable, "-c", "import os, lion_jax; print(os.environ.get('XLA_FLAGS', ''))"]
+  assert f"{xla_flags.YNN_FUSION_FLAG}=" in _run(show, env).stdout.split()
+  env["XLA_FLAGS"] = f"{xla_flags.YNN_FUSION_FLAG}=dot"
+  assert _run(show, env).stdout.split() == [f"{xla_flags.YNN_FUSION_FLAG}=dot"]
+
+
+def test_flag_is_only_added_for_jaxlib_versions_that_know_it(monkeypatch):
+  """XLA aborts on a flag it does not know, so an unknown jaxlib gets none."""
+  monkeypatch.setattr(xla_flags, "_jaxlib_version", lambda: (0, 99))
+  environ = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+  assert not xla_flags.disable_crashing_cpu_fusions(environ)
+  assert environ == {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+  monkeypatch.setattr(xla_flags, "_jaxlib_version", lambda: (0, 10))
+  assert xla_flags.disable_crashing_cpu_fusions(environ)
+  assert environ["XLA_FLAGS"] == (
+      f"--xla_force_host_platform_device_count=2 {xla_flags.YNN_FUSION_FLAG}=")
+
+
+# Table 3's "w/o HiPPO" rows: random decays span more than 2W per chunk from the first step, so
+# their training runs the exact vector fallback's backward pass (which segfaulted at step 1).
+RANDOM_INIT_ROWS = ["lion_d_random", "lion_s_random"]
+SMALL_DATA = ["--config.num_train_steps=3", "--config.eval_every_steps=3",
+              "--config.max_examples=16", "--config.generate.num_train=32",
+              "--config.generate.num_val=16", "--config.generate.num_test=16"]
+
+
+# One training shape with YNN fusions on is enough: the kernel cases above cover both settings.
+@pytest.mark.parametrize("variant, setting", [(variant, "lion_jax_flags") for variant in RANDOM_INIT_ROWS]
+                         + [("lion_d_random", "ynn_fusions_on")])
+def test_random_init_rows_train_at_runlocal_size_and_write_results(tmp_path, variant, setting):
+  workdir = tmp_path / "run"
+  _run([sys.executable, "run.py", f"--config=configs/listops.py:{variant},runlocal",
+        f"--workdir={workdir}", f"--config.data_dir={tmp_path / 'data'}", *SMALL_DATA],
+       _environment(FLAG_SETTINGS[setting]))
+  results = json.loads((workdir / "results.json").read_text())
+  assert results["best_step"] == 3 and 0.0 <= results["test_accuracy"] <= 1.0
