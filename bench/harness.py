@@ -176,11 +176,11 @@ def compile_within_budget(cases: Sequence[Case], mem_budget_gb: float) -> list[C
 
 
 def run_group(cases: Sequence[Case], mem_budget_gb: float, repeats: int = 7,
-              budget_s: float | None = None) -> Sequence[Case]:
+              budget_s: float | None = None, min_repeats: int = 3) -> Sequence[Case]:
   """Compiles every case, skips those over the memory budget, times the rest interleaved, and
   frees the compiled executables (results stay in each case's `result`)."""
   runnable = compile_within_budget(cases, mem_budget_gb)
-  time_cases(runnable, repeats=repeats, budget_s=budget_s)
+  time_cases(runnable, repeats=repeats, budget_s=budget_s, min_repeats=min_repeats)
   for case in cases:
     case.compiled = None
   gc.collect()
