@@ -102,3 +102,9 @@ def test_stateful_case_threads_the_donated_state_through_every_call():
   harness.time_cases([case], repeats=3, verbose=False)
   calls = 1 + 2 * 3  # one warm-up, then each timed call preceded by an untimed one
   assert float(case.args[0][0]) == calls
+
+
+def test_correctness_errors_count_nan_as_failure_and_scale_by_the_reference():
+  assert accelerator._relative_error([float("nan"), 1.0], [1.0, 1.0]) == float("inf")
+  assert accelerator._relative_error([2.0, 0.0], [1.0, 0.0]) == pytest.approx(1.0)
+  assert accelerator._relative_error([1.001, 0.0], [1.0, 0.0]) <= accelerator.TOLERANCE["float32"]
