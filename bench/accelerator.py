@@ -1,7 +1,7 @@
 r"""Everything worth knowing from one lent accelerator, in one command that fits a 10-minute run.
 
     python3 bench/accelerator.py --out DIR [--wheels .whl] [--budget-s 460]
-    python3 bench/accelerator.py --quick --out DIR      # every stage at tiny sizes (CPU: < 1 min)
+    python3 bench/accelerator.py --quick --out DIR      # every stage at tiny sizes (CPU smoke test)
 
 Runs from the source tree on whatever JAX the machine has (JAX 0.10 and 0.11 both work; nothing
 is installed over the machine's packages): `--wheels DIR` installs the wheels of
@@ -14,7 +14,7 @@ are saved case by case, so a stage cut off keeps what it finished):
   env          device, JAX/jaxlib/flax versions, backend, device memory, matmul rate (f32, bf16).
   correctness  every `lion_attention` form on the device vs the float64 definition computed on
                the host (`tests/reference.py`), forward and gradients, float32 and bfloat16
-               inputs, scalar/vector/per-head/no decays, padding; see `check_correctness`.
+               inputs, scalar/vector/per-head/no decays, padding; see `stage_correctness`.
   forms        forward+backward time and XLA memory of every form at L = 1K, 4K, 16K, 64K
                (attention and scan until they do not fit; chunk_scan at C = 64, 128, 256).
   train_step   one full LRA training step per preset at the paper's batch size: examples/s,
@@ -109,7 +109,8 @@ def _quick_compiles() -> None:
 # --- stage: env -------------------------------------------------------------------------------
 
 def stage_env(run: StageRun) -> None:
-  """Versions, device and the measured matmul rate (the ceiling the other numbers sit under)."""
+  """Versions, device and the measured matmul rate at JAX's default precision (the ceiling the
+  other numbers sit under)."""
   harness = _import_bench()
   import jax  # pylint: disable=import-outside-toplevel
   import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
@@ -121,6 +122,7 @@ def stage_env(run: StageRun) -> None:
     except ImportError as error:
       versions[module] = f"missing ({error})"
   env["packages"] = versions
+  missing = [m for m, v in versions.items() if v.startswith("missing")]
   env["default_matmul_precision"] = str(getattr(jax.config, "jax_default_matmul_precision", None))
   run.payload["environment"] = env
   run.save()
@@ -133,7 +135,10 @@ def stage_env(run: StageRun) -> None:
     best = case.result["analytic_flops"] / case.result["min_s"]
     run.add("matmul", dict(n=n, dtype=dtype, median_s=case.result["median_s"],
                            tflops_per_s=best / 1e12))
-  run.payload["passed"] = True
+  # A missing package fails the later stages too; say which here (see --wheels).
+  run.payload["passed"] = not missing
+  if missing:
+    run.payload["error"] = f"missing packages: {', '.join(missing)} (run with --wheels .whl)"
 
 
 # --- stage: correctness -----------------------------------------------------------------------
@@ -351,6 +356,18 @@ def _too_slow(run: StageRun, last_seconds: float | None) -> bool:
   return run.left() <= 2.0 * (last_seconds or 0.0)
 
 
+def _run_case(harness, case, budget_gb: float, run: StageRun) -> None:
+  """Compiles and times one case (at least one timed call after the warm-up, up to 5 s of
+  them); an error while running it, e.g. the device running out of memory where XLA's estimate
+  said it would fit, is recorded as the case's `skipped` reason instead of ending the stage."""
+  try:
+    harness.run_group([case], budget_gb, repeats=3 if run.quick else 5,
+                      budget_s=min(5.0, max(run.left(), 0.0)), min_repeats=1)
+  except Exception as error:  # pylint: disable=broad-except
+    case.compiled = None
+    case.result["skipped"] = f"failed while running: {type(error).__name__}: {str(error)[:200]}"
+
+
 def stage_forms(run: StageRun) -> None:
   """`bench/forms.py`'s forward+backward cases, one at a time, vector decays then scalar."""
   harness = _import_bench()
@@ -378,7 +395,6 @@ def stage_forms(run: StageRun) -> None:
         if form in did_not_fit:
           run.add("results", dict(name=label, **info, skipped="did not fit at a shorter L"))
           continue
-        # A case at 4x the length takes at least as long as the one before it.
         if _too_slow(run, last.get((form, chunk))):
           run.add("results", dict(name=label, **info, skipped="stage time budget"))
           continue
@@ -387,9 +403,7 @@ def stage_forms(run: StageRun) -> None:
             analytic_flops=forms.analytic_flops(form, batch, length, heads, dim, groups, chunk,
                                                 backward=True))
         start = time.monotonic()
-        # At least one timed call after the warm-up: an rnn call at 64K takes seconds.
-        harness.run_group([case], budget_gb, repeats=3 if run.quick else 5,
-                          budget_s=min(5.0, max(run.left(), 0)), min_repeats=1)
+        _run_case(harness, case, budget_gb, run)
         last[(form, chunk)] = time.monotonic() - start
         record = dict(harness.record(case), name=label)
         if "skipped" in record and form != "chunk_scan":
@@ -440,8 +454,7 @@ def stage_train_step(run: StageRun) -> None:
     case, _ = train_step.step_case(task, config, info, seq_len, "chunk_scan", chunk,
                                    config.batch_size, dtype=dtype)
     case.info["remat"] = remat
-    harness.run_group([case], budget_gb, repeats=3 if run.quick else 5,
-                      budget_s=min(5.0, max(run.left(), 0)), min_repeats=1)
+    _run_case(harness, case, budget_gb, run)
     last[task] = time.monotonic() - start
     return train_step.examples_per_second(harness.record(case))
 
