@@ -1,6 +1,6 @@
 r"""Everything worth knowing from one lent accelerator, in one command that fits a 10-minute run.
 
-    python3 bench/accelerator.py --out DIR [--wheels .whl] [--budget-s 460]
+    python3 bench/accelerator.py [--out DIR] [--wheels .whl] [--budget-s 465]
     python3 bench/accelerator.py --quick --out DIR      # every stage at tiny sizes (CPU smoke test)
 
 Runs from the source tree on whatever JAX the machine has (JAX 0.10 and 0.11 both work; nothing
@@ -21,6 +21,11 @@ are saved case by case, so a stage cut off keeps what it finished):
                compile seconds, XLA memory; C = 64/128/256, float32 and bfloat16 compute.
   train        a short real run (`lra.train.train_and_evaluate`) on generated ListOps, with
                its accuracy curve.
+
+The float64 reference is imported from `tests/reference.py`, the one definition the test suite
+checks every form against: plain NumPy, written independently of `lion_jax` and importing no test
+framework, so the report and the tests rest on the same definition. A copy here could drift,
+and moving it into `lion_jax` would ship a test oracle inside the library it checks.
 
 Writes DIR/accelerator.json (everything), DIR/accelerator.md (the tables), DIR/train_curves.png
 and DIR/accelerator.log (every stage's output). The report is rewritten after every stage, so
@@ -49,6 +54,7 @@ BENCH = pathlib.Path(__file__).resolve().parent
 REPO = BENCH.parent
 REPORT_JSON, REPORT_MD = "accelerator.json", "accelerator.md"
 CURVES_PNG, LOG = "train_curves.png", "accelerator.log"
+DEFAULT_OUT = BENCH / "results" / "accelerator"
 # Time the report itself needs after the last stage, and the least a stage is started with.
 REPORT_RESERVE_S, MIN_STAGE_S = 5.0, 8.0
 
@@ -471,7 +477,11 @@ def stage_train_step(run: StageRun) -> None:
 # --- stage: train -----------------------------------------------------------------------------
 
 def train_config(quick: bool, data_dir: str):
-  """ListOps (LION-S preset) on generated expressions short enough to learn in a few minutes."""
+  """ListOps (LION-S preset) on generated expressions short enough to learn in a few minutes.
+
+  As in `make demo` (configs/listops.py), the HiPPO timescales are scaled to the shorter inputs
+  (Δ in [0.01, 1]) and the peak learning rate is raised for a run of hundreds of steps.
+  """
   from configs import common, listops  # pylint: disable=import-outside-toplevel
   config = listops.get_config("lion_s")
   config.data_dir = data_dir
@@ -615,7 +625,9 @@ def _children_cpu_seconds() -> float:
 def main(argv=None) -> int:
   p = argparse.ArgumentParser(description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
-  p.add_argument("--out", required=False, help="folder for the report (created)")
+  p.add_argument("--out", default=str(DEFAULT_OUT),
+                 help=f"folder for the report, created (default: {DEFAULT_OUT.relative_to(REPO)}/, "
+                 "git-ignored)")
   p.add_argument("--quick", action="store_true", help="every stage at tiny sizes (CPU smoke test)")
   p.add_argument("--stages", default=",".join(STAGES), help=f"subset of {','.join(STAGES)}")
   p.add_argument("--budget-s", type=float, default=None,
@@ -630,8 +642,6 @@ def main(argv=None) -> int:
   args = p.parse_args(argv)
   if args.run_stage:
     return run_stage_in_process(args)
-  if not args.out:
-    p.error("--out DIR is required (where the report goes)")
   names = [s for s in args.stages.split(",") if s]
   unknown = [s for s in names if s not in STAGES]
   if unknown:
