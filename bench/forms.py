@@ -1,4 +1,4 @@
-"""Time and memory of every `lion_attention` form (issue 2), side by side in one process.
+"""Time and memory of every `lion_attention` form, side by side in one process.
 
   .venv/bin/python bench/forms.py            # L ∈ {256, 1K, 4K, 16K}, ~15–25 min on 2 cores
   .venv/bin/python bench/forms.py --quick    # L = 1K, a minute or two
@@ -9,8 +9,8 @@ Shapes: B=2, H=4, K=V=32 (d_model 128), float32, normalize="after" (LION), selec
 decays. Memory is XLA's `memory_analysis()` temp + output bytes of the compiled function; a form
 whose compiled memory exceeds `--mem-budget-gb` is compiled but not run ("would not fit").
 
-Prints markdown tables and the issue-2 targets; writes forms.json and forms.png to bench/results/
-(git-ignored; `--publish` writes docs/bench/, `--out DIR` anywhere).
+Prints markdown tables and the speed/memory targets; writes forms.json and forms.png to
+bench/results/ (git-ignored; `--publish` writes docs/bench/, `--out DIR` anywhere).
 """
 
 from __future__ import annotations
@@ -138,7 +138,8 @@ def tables(records, lengths, decay_kinds, chunk):
 
 
 def targets(records, chunk):
-  """Issue 2 targets, on scalar selective decays (the headline) and vector ones."""
+  """The targets (chunk_scan ≥ 30x attention and ≥ 5x rnn at 4K, memory growth ≤ 4.5x from 4K
+  to 16K), on scalar selective decays (the headline) and vector ones."""
   lines, checks = [], []
   for decay_kind in ("scalar", "vector"):
     def t(form, length, kind="fwd+bwd", c=chunk):

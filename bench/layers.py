@@ -1,4 +1,4 @@
-"""One sequence-mixing layer vs L: LION-LIT/D/S (chunk_scan), softmax attention, S5-style (issue 7).
+"""One sequence-mixing layer vs L: LION-LIT/D/S (chunk_scan), softmax attention, S5-style.
 
   .venv/bin/python bench/layers.py            # L ∈ {1K, 4K, 16K}
   .venv/bin/python bench/layers.py --quick    # L = 1K
@@ -170,7 +170,7 @@ def main(argv=None):
   print("\nfwd+bwd time ratio (>1: LION faster)\n" + harness.markdown_table(
       ["ratio"] + [f"L={l}" for l in lengths], ratio_rows))
   if checks:
-    print("\nissue-7 targets at L=4096 (chunk_scan ≥10x faster than softmax, ≥1x vs S5)\n"
+    print("\ntargets at L=4096 (chunk_scan ≥10x faster than softmax, ≥1x vs S5)\n"
           + harness.markdown_table(
               ["LION", "peer", "ratio (median)", "ratio (min)", "goal", ""],
               [[c["lion"], c["peer"], f"{c['ratio']:.1f}x", f"{c['ratio_min']:.1f}x",

@@ -1,4 +1,4 @@
-"""Full training-step throughput per LRA preset and training form (issue 7).
+"""Full training-step throughput per LRA preset and training form.
 
   .venv/bin/python bench/train_step.py            # every preset, reduced batch, full length
   .venv/bin/python bench/train_step.py --quick    # ListOps `runlocal` only
