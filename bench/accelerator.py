@@ -3,7 +3,7 @@ r"""Everything worth knowing from one lent accelerator, in one command that fits
     python3 bench/accelerator.py [--out DIR] [--wheels .whl] [--budget-s 465]
     python3 bench/accelerator.py --quick --out DIR      # every stage at tiny sizes (CPU smoke test)
 
-Runs from the source tree on whatever JAX the machine has (JAX 0.10 and 0.11 both work; nothing
+Runs from the source tree on whatever JAX the machine has (written for JAX 0.10 and 0.11; nothing
 is installed over the machine's packages): `--wheels DIR` installs the wheels of
 `bench/fetch_accelerator_wheels.sh` into a scratch folder that only this run's processes see.
 
