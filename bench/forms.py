@@ -1,4 +1,4 @@
-"""Time and memory of every `lion_attention` form (issue 2), side by side in one process.
+"""Time and memory of every `lion_attention` form, side by side in one process.
 
   .venv/bin/python bench/forms.py            # L ∈ {256, 1K, 4K, 16K}, ~15–25 min on 2 cores
   .venv/bin/python bench/forms.py --quick    # L = 1K, a minute or two
@@ -9,7 +9,8 @@ Shapes: B=2, H=4, K=V=32 (d_model 128), float32, normalize="after" (LION), selec
 decays. Memory is XLA's `memory_analysis()` temp + output bytes of the compiled function; a form
 whose compiled memory exceeds `--mem-budget-gb` is compiled but not run ("would not fit").
 
-Writes docs/bench/forms.json (+ forms.png) and prints markdown tables and the issue-2 targets.
+Prints markdown tables and the speed/memory targets; writes forms.json and forms.png to
+bench/results/ (git-ignored; `--publish` writes docs/bench/, `--out DIR` anywhere).
 """
 
 from __future__ import annotations
@@ -107,18 +108,6 @@ def build_cases(length, decay_kinds, forms, passes, args, chunk_sizes=None):
   return cases
 
 
-def run_group(cases, args):
-  """Compiles, budget-checks and times one group of cases (`harness.run_group`)."""
-  return harness.run_group(cases, args.mem_budget_gb, args.repeats, args.case_budget_s)
-
-
-def find(records, **match):
-  for r in records:
-    if all(r.get(k) == v for k, v in match.items()):
-      return r
-  return None
-
-
 def tables(records, lengths, decay_kinds, chunk):
   out = []
   for decay_kind in decay_kinds:
@@ -128,7 +117,7 @@ def tables(records, lengths, decay_kinds, chunk):
       for form in FORMS:
         cells, mems, any_ = [], [], False
         for length in lengths:
-          r = find(records, length=length, decays=decay_kind, form=form, pass_=kind,
+          r = harness.find(records, length=length, decays=decay_kind, form=form, pass_=kind,
                    chunk_size=chunk)
           if r is None:
             cells.append("–")
@@ -149,15 +138,18 @@ def tables(records, lengths, decay_kinds, chunk):
 
 
 def targets(records, chunk):
-  """Issue 2 targets, on scalar selective decays (the headline) and vector ones."""
+  """The targets (chunk_scan ≥ 30x attention and ≥ 5x rnn at 4K, memory growth ≤ 4.5x from 4K
+  to 16K), on scalar selective decays (the headline) and vector ones."""
   lines, checks = [], []
   for decay_kind in ("scalar", "vector"):
     def t(form, length, kind="fwd+bwd", c=chunk):
-      r = find(records, length=length, decays=decay_kind, form=form, pass_=kind, chunk_size=c)
+      r = harness.find(records, length=length, decays=decay_kind, form=form, pass_=kind,
+                       chunk_size=c)
       return None if r is None else r.get("median_s")
 
     def m(form, length, kind="fwd+bwd"):
-      r = find(records, length=length, decays=decay_kind, form=form, pass_=kind, chunk_size=chunk)
+      r = harness.find(records, length=length, decays=decay_kind, form=form, pass_=kind,
+                       chunk_size=chunk)
       return None if r is None else r.get("temp_plus_output_bytes")
 
     cs, att, rnn = t("chunk_scan", 4096), t("attention", 4096), t("rnn", 4096)
@@ -185,10 +177,10 @@ def ratio_table(records, lengths, decay_kinds, chunk):
     for form in ("attention", "rnn", "scan", "chunk"):
       cells = []
       for length in lengths:
-        base = find(records, length=length, decays=decay_kind, form="chunk_scan", pass_="fwd+bwd",
-                    chunk_size=chunk)
-        other = find(records, length=length, decays=decay_kind, form=form, pass_="fwd+bwd",
-                     chunk_size=chunk)
+        base = harness.find(records, length=length, decays=decay_kind, form="chunk_scan",
+                            pass_="fwd+bwd", chunk_size=chunk)
+        other = harness.find(records, length=length, decays=decay_kind, form=form,
+                             pass_="fwd+bwd", chunk_size=chunk)
         if base and other and "median_s" in base and "median_s" in other:
           cells.append(f"{other['median_s'] / base['median_s']:.1f}x")
         else:
@@ -206,7 +198,7 @@ def plot(records, lengths, decay_kinds, chunk, path):
   for row, decay_kind in enumerate(decay_kinds):
     for form in FORMS:
       pts = [(l, r) for l in lengths
-             if (r := find(records, length=l, decays=decay_kind, form=form, pass_="fwd+bwd",
+             if (r := harness.find(records, length=l, decays=decay_kind, form=form, pass_="fwd+bwd",
                            chunk_size=chunk)) and "median_s" in r]
       if not pts:
         continue
@@ -218,7 +210,7 @@ def plot(records, lengths, decay_kinds, chunk, path):
                            legend_size=8)
     for ax in axes[row]:
       ax.set_title(f"{decay_kind} selective decays")
-  fig.suptitle("lion_attention forms, B=2 H=4 K=V=32, f32, CPU")
+  fig.suptitle(f"lion_attention forms, B=2 H=4 K=V=32, f32, {harness.device_label()}")
   fig.tight_layout()
   fig.savefig(path, dpi=90)
   print(f"wrote {path}")
@@ -226,8 +218,7 @@ def plot(records, lengths, decay_kinds, chunk, path):
 
 def main(argv=None):
   p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-  p.add_argument("--quick", action="store_true", help="L = 1K only, for `make bench`")
-  p.add_argument("--lengths", default=None, help="comma list, e.g. 256,1k,4k,16k")
+  harness.add_common_args(p)
   p.add_argument("--decays", default="scalar,vector")
   p.add_argument("--forms", default=",".join(FORMS))
   p.add_argument("--passes", default="fwd+bwd,fwd")
@@ -237,17 +228,11 @@ def main(argv=None):
   p.add_argument("--chunk", type=int, default=64)
   p.add_argument("--chunk-sweep", default=None,
                  help="extra chunk_scan chunk sizes at L=4K (default 32,64,128 unless --quick)")
-  p.add_argument("--repeats", type=int, default=7)
-  p.add_argument("--case-budget-s", type=float, default=60.0)
-  p.add_argument("--mem-budget-gb", type=float, default=4.0)
   p.add_argument("--max-paper-chunk-len", type=int, default=4096,
                  help="skip the O(L²) paper-style 'chunk' form above this L")
-  p.add_argument("--out", default=str(harness.DOCS))
-  p.add_argument("--name", default=None)
   args = p.parse_args(argv)
 
-  lengths = harness.parse_lengths(args.lengths) if args.lengths else (
-      [1024] if args.quick else [256, 1024, 4096, 16384])
+  lengths = harness.lengths_from_args(args, quick=[1024], full=[256, 1024, 4096, 16384])
   decay_kinds = [d for d in args.decays.split(",") if d]
   forms = [f for f in args.forms.split(",") if f]
   passes = [x for x in args.passes.split(",") if x]
@@ -255,7 +240,7 @@ def main(argv=None):
     passes = ["fwd+bwd"]
   sweep = ([int(c) for c in args.chunk_sweep.split(",")] if args.chunk_sweep else
            ([] if args.quick else [32, 64, 128]))
-  name = args.name or ("forms_quick" if args.quick else "forms")
+  out_dir, name = harness.output_path(args, "forms")
 
   print(f"jax {jax.__version__} on {harness.environment()['cpu_model']}, "
         f"B={args.batch} H={args.heads} K=V={args.dim}, C={args.chunk}")
@@ -265,7 +250,7 @@ def main(argv=None):
     cases = build_cases(length, decay_kinds, forms, passes, args,
                         chunk_sizes=sorted(set(sweep) | {args.chunk}) if length == 4096 and sweep
                         else None)
-    run_group(cases, args)
+    harness.run_group(cases, args.mem_budget_gb, args.repeats, args.case_budget_s)
     records += [harness.record(c) for c in cases]
 
   peak = harness.matmul_peak()
@@ -282,7 +267,7 @@ def main(argv=None):
       for c in sorted(set(sweep) | {args.chunk}):
         cells = []
         for kind in ("fwd", "fwd+bwd"):
-          r = find(records, length=4096, decays=decay_kind, form="chunk_scan", pass_=kind,
+          r = harness.find(records, length=4096, decays=decay_kind, form="chunk_scan", pass_=kind,
                    chunk_size=c)
           cells.append(harness.fmt_ms(r.get("median_s")) if r else "–")
         rows.append([decay_kind, c] + cells)
@@ -299,7 +284,6 @@ def main(argv=None):
   print(f"\nchunk_scan FLOP/s (analytic matmul FLOPs; peak {peak['gflops_per_s_best']:.0f} GF/s)\n"
         + harness.markdown_table(["L", "decays", "pass", "GFLOP analytic", "GFLOP XLA",
                                   "GF/s median", "GF/s best", "best / peak"], flops_rows))
-  out_dir = pathlib.Path(args.out)
   harness.write_json(name, records, out_dir, extra={
       "matmul_peak": peak,
       "targets": [dict(decays=d, target=w, ratio=v, goal=g, met=ok) for d, w, v, g, ok in checks],

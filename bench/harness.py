@@ -1,6 +1,6 @@
 """Shared benchmark harness: compile once, time interleaved repeats, read XLA's memory and FLOPs.
 
-Every benchmark in `bench/` follows performance.md §7:
+Every benchmark in `bench/` uses it, so they all measure the same way:
   * `jax.jit`, then `lower(...).compile()` timed separately (compile seconds are reported, never
     mixed into run times);
   * one warm-up call, then ≥ 7 timed rounds. Each round runs *every* case once, in turn, so slow
@@ -18,9 +18,10 @@ process are meant to be compared.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
-import gc
 import datetime
+import gc
 import json
 import os
 import pathlib
@@ -36,6 +37,9 @@ import jax.numpy as jnp
 import numpy as np
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
+# Where results go by default: git-ignored, so a run never overwrites the published numbers.
+RESULTS = REPO / "bench" / "results"
+# Where `--publish` writes: the tracked JSON/PNG that docs/ and the README cite.
 DOCS = REPO / "docs" / "bench"
 GB = 1024 ** 3
 MB = 1024 ** 2
@@ -58,7 +62,7 @@ _START_UTC = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="se
 
 
 def environment() -> dict[str, Any]:
-  """What a timing depends on: versions, CPU, threads, git commit (at start), time."""
+  """What a timing depends on: versions, device, CPU, threads, git commit (at start), time."""
   import jaxlib
   cpu = platform.processor() or "unknown"
   try:
@@ -75,6 +79,11 @@ def environment() -> dict[str, Any]:
     flax_version = flax.__version__
   except ImportError:
     pass
+  device = jax.devices()[0]
+  try:
+    device_memory = (device.memory_stats() or {}).get("bytes_limit")
+  except Exception:  # pylint: disable=broad-except  # not every backend reports memory
+    device_memory = None
   return {
       "jax": jax.__version__,
       "jaxlib": jaxlib.__version__,
@@ -83,6 +92,8 @@ def environment() -> dict[str, Any]:
       "python": platform.python_version(),
       "backend": jax.default_backend(),
       "devices": [str(d) for d in jax.devices()],
+      "device_kind": device.device_kind,
+      "device_memory_limit_bytes": device_memory,  # what the allocator may use (GPU, TPU)
       "cpu_model": cpu,
       "cpu_count": os.cpu_count(),
       "threads_available": affinity,
@@ -98,7 +109,14 @@ def environment() -> dict[str, Any]:
 
 @dataclasses.dataclass
 class Case:
-  """One function on fixed inputs. `fn` is a plain Python function; the harness jits it."""
+  """One function on fixed inputs.
+
+  `fn` is a plain Python function, which the harness jits, or an already jitted one (anything
+  with `.lower`, e.g. a training step with its shardings and donation), used as it is. With
+  `threads_state`, `fn(state, *rest)` returns `(new_state, aux)` and every call passes the
+  previous call's `new_state` on, as a training loop does: that is what lets a donated state
+  be timed over many calls.
+  """
 
   name: str
   fn: Callable[..., Any]
@@ -107,6 +125,7 @@ class Case:
   analytic_flops: float | None = None
   static_argnums: tuple[int, ...] = ()
   donate_argnums: tuple[int, ...] = ()
+  threads_state: bool = False
   # filled in by `compile_case` / `time_cases`
   compiled: Any = None
   result: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -114,7 +133,8 @@ class Case:
 
 def compile_case(case: Case) -> Case:
   """Lowers and compiles, recording compile time, memory and XLA's FLOP count."""
-  jitted = jax.jit(case.fn, static_argnums=case.static_argnums, donate_argnums=case.donate_argnums)
+  jitted = case.fn if hasattr(case.fn, "lower") else jax.jit(
+      case.fn, static_argnums=case.static_argnums, donate_argnums=case.donate_argnums)
   start = time.perf_counter()
   lowered = jitted.lower(*case.args)
   lower_s = time.perf_counter() - start
@@ -156,15 +176,21 @@ def compile_within_budget(cases: Sequence[Case], mem_budget_gb: float) -> list[C
 
 
 def run_group(cases: Sequence[Case], mem_budget_gb: float, repeats: int = 7,
-              budget_s: float | None = None) -> Sequence[Case]:
+              budget_s: float | None = None, min_repeats: int = 3) -> Sequence[Case]:
   """Compiles every case, skips those over the memory budget, times the rest interleaved, and
   frees the compiled executables (results stay in each case's `result`)."""
   runnable = compile_within_budget(cases, mem_budget_gb)
-  time_cases(runnable, repeats=repeats, budget_s=budget_s)
+  time_cases(runnable, repeats=repeats, budget_s=budget_s, min_repeats=min_repeats)
   for case in cases:
     case.compiled = None
   gc.collect()
   return cases
+
+
+def device_label() -> str:
+  """'CPU', or the accelerator's kind (e.g. 'GPU NVIDIA H100 80GB HBM3'), for plot titles."""
+  backend = jax.default_backend()
+  return "CPU" if backend == "cpu" else f"{backend.upper()} {jax.devices()[0].device_kind}"
 
 
 def style_log_axes(axes, ylabels: Sequence[str], legend_size: int = 7) -> None:
@@ -214,8 +240,12 @@ def xla_flops(compiled) -> float | None:
 
 def _call(case: Case) -> float:
   start = time.perf_counter()
-  jax.block_until_ready(case.compiled(*case.args))
-  return time.perf_counter() - start
+  out = case.compiled(*case.args)
+  jax.block_until_ready(out)
+  seconds = time.perf_counter() - start
+  if case.threads_state:
+    case.args = (out[0], *case.args[1:])
+  return seconds
 
 
 SETTLE_BELOW_S = 2.0
@@ -349,3 +379,46 @@ def parse_lengths(text: str) -> list[int]:
     if part:
       out.append(int(float(part[:-1]) * 1024) if part.endswith("k") else int(part))
   return out
+
+
+def find(records: Sequence[dict[str, Any]], **match: Any) -> dict[str, Any] | None:
+  """The first record whose fields equal every `match` item, else None."""
+  for r in records:
+    if all(r.get(k) == v for k, v in match.items()):
+      return r
+  return None
+
+
+def add_common_args(parser: argparse.ArgumentParser, *, repeats: int = 7,
+                    case_budget_s: float = 60.0, mem_budget_gb: float = 4.0) -> None:
+  """The flags every benchmark takes: sizes, timing budgets and where results go."""
+  parser.add_argument("--quick", action="store_true", help="small sizes, for `make bench`")
+  parser.add_argument("--lengths", default=None, help="comma list, e.g. 256,1k,4k,16k")
+  parser.add_argument("--repeats", type=int, default=repeats, help="timed rounds per case")
+  parser.add_argument("--case-budget-s", type=float, default=case_budget_s,
+                      help="seconds of timed rounds per case (fewer rounds, never < 3, beyond)")
+  parser.add_argument("--mem-budget-gb", type=float, default=mem_budget_gb,
+                      help="cases whose compiled temp+output exceeds this are not run")
+  parser.add_argument("--out", default=None,
+                      help=f"output folder (default: {RESULTS.relative_to(REPO)}/, git-ignored)")
+  parser.add_argument("--publish", action="store_true",
+                      help=f"write to {DOCS.relative_to(REPO)}/, the tracked results the docs cite")
+  parser.add_argument("--name", default=None, help="file name stem (default: the benchmark's, "
+                      "with _quick appended under --quick)")
+
+
+def output_path(args: argparse.Namespace, default_name: str) -> tuple[pathlib.Path, str]:
+  """(folder, file stem) from `--out`/`--publish`/`--name`/`--quick` (`add_common_args`)."""
+  if args.out and args.publish:
+    raise SystemExit("--out and --publish both say where to write: give one of them")
+  folder = pathlib.Path(args.out) if args.out else DOCS if args.publish else RESULTS
+  name = args.name or (f"{default_name}_quick" if args.quick else default_name)
+  return folder, name
+
+
+def lengths_from_args(args: argparse.Namespace, quick: Sequence[int],
+                      full: Sequence[int]) -> list[int]:
+  """`--lengths` if given, else the quick or the full list."""
+  if args.lengths:
+    return parse_lengths(args.lengths)
+  return list(quick if args.quick else full)

@@ -10,7 +10,8 @@ several chunk sizes, "chunk_scan") runs the same weights; its encoder features a
 checked equal to chunk_scan's (max |difference| / max |reference| ≤ 1e-4, also recorded). Memory
 is XLA's compiled temp + output bytes (what the forward pass allocates beyond weights/inputs).
 
-Writes docs/bench/inference.json and inference.png (time and memory vs L, as in Fig. 3).
+Writes inference.json and inference.png (time and memory vs L, as in Fig. 3) to bench/results/
+(git-ignored; `--publish`: docs/bench/).
 """
 
 from __future__ import annotations
@@ -54,8 +55,7 @@ def make_model(args):
 
 def main(argv=None):
   p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-  p.add_argument("--quick", action="store_true")
-  p.add_argument("--lengths", default=None)
+  harness.add_common_args(p, case_budget_s=45.0)
   p.add_argument("--batch", type=int, default=2)
   p.add_argument("--d-model", type=int, default=128)
   p.add_argument("--heads", type=int, default=4)
@@ -65,17 +65,11 @@ def main(argv=None):
   p.add_argument("--chunk", type=int, default=64)
   p.add_argument("--chunk-sizes", default="64,256", help="for the paper's 'chunk' form")
   p.add_argument("--scan-chunk-sizes", default="64", help="for 'chunk_scan'")
-  p.add_argument("--repeats", type=int, default=7)
-  p.add_argument("--case-budget-s", type=float, default=45.0)
-  p.add_argument("--mem-budget-gb", type=float, default=4.0)
-  p.add_argument("--out", default=str(harness.DOCS))
-  p.add_argument("--name", default=None)
   args = p.parse_args(argv)
   args.chunk_sizes = [int(c) for c in args.chunk_sizes.split(",") if c]
   args.scan_chunk_sizes = [int(c) for c in args.scan_chunk_sizes.split(",") if c]
-  lengths = harness.parse_lengths(args.lengths) if args.lengths else (
-      [256, 1024] if args.quick else [256, 1024, 4096, 16384])
-  name = args.name or ("inference_quick" if args.quick else "inference")
+  lengths = harness.lengths_from_args(args, quick=[256, 1024], full=[256, 1024, 4096, 16384])
+  out_dir, name = harness.output_path(args, "inference")
 
   model = make_model(args)
   graphdef, state = nnx.split(model)
@@ -135,7 +129,6 @@ def main(argv=None):
         f"d_model {args.d_model}, batch {args.batch}: median ms; compiled temp+output\n")
   print(harness.markdown_table(["form"] + [f"L={l} ms" for l in lengths]
                                + [f"mem L={l}" for l in lengths] + ["max rel diff"], rows))
-  out_dir = pathlib.Path(args.out)
   harness.write_json(name, records, out_dir, extra={"tolerance": TOLERANCE,
                                                     "reference": reference_label})
   plot(records, lengths, [f[0] for f in forms], out_dir / f"{name}.png", args)
@@ -155,7 +148,7 @@ def plot(records, lengths, labels, path, args):
     axes[1].plot(xs, [r["temp_plus_output_bytes"] / harness.MB for r in pts], "o-", label=label)
   harness.style_log_axes(axes, ("inference time, median (ms)", "compiled temp+output (MB)"))
   fig.suptitle(f"Inference trade-off (cf. LION Fig. 3): LION-{args.decay}, {args.layers} layers, "
-               f"d_model {args.d_model}, batch {args.batch}, CPU")
+               f"d_model {args.d_model}, batch {args.batch}, {harness.device_label()}")
   fig.tight_layout()
   fig.savefig(path, dpi=90)
   print(f"wrote {path}")

@@ -1,4 +1,4 @@
-"""One sequence-mixing layer vs L: LION-LIT/D/S (chunk_scan), softmax attention, S5-style (issue 7).
+"""One sequence-mixing layer vs L: LION-LIT/D/S (chunk_scan), softmax attention, S5-style.
 
   .venv/bin/python bench/layers.py            # L ∈ {1K, 4K, 16K}
   .venv/bin/python bench/layers.py --quick    # L = 1K
@@ -11,7 +11,7 @@ conjugate symmetry: S5's Path-X/AAN configuration), with S5's associative scan a
 `lax.scan`. "fwd+bwd" is the gradient of a scalar loss w.r.t. all parameters and the input.
 All cases of one L are timed interleaved in one process; ratios are what to read.
 
-Writes docs/bench/layers.json and layers.png.
+Writes layers.json and layers.png to bench/results/ (git-ignored; `--publish`: docs/bench/).
 """
 
 from __future__ import annotations
@@ -83,18 +83,6 @@ def build_cases(length, layers, passes, args):
   return cases
 
 
-def run_group(cases, args):
-  """Compiles, budget-checks and times one group of cases (`harness.run_group`)."""
-  return harness.run_group(cases, args.mem_budget_gb, args.repeats, args.case_budget_s)
-
-
-def find(records, **match):
-  for r in records:
-    if all(r.get(k) == v for k, v in match.items()):
-      return r
-  return None
-
-
 def plot(records, lengths, names, path):
   import matplotlib
   matplotlib.use("Agg")
@@ -102,7 +90,8 @@ def plot(records, lengths, names, path):
   fig, axes = plt.subplots(1, 2, figsize=(11, 4))
   for name in names:
     pts = [(l, r) for l in lengths
-           if (r := find(records, length=l, layer=name, pass_="fwd+bwd")) and "median_s" in r]
+           if (r := harness.find(records, length=l, layer=name, pass_="fwd+bwd"))
+           and "median_s" in r]
     if not pts:
       continue
     style = "o-" if name.startswith("LION") else "s--"
@@ -110,7 +99,7 @@ def plot(records, lengths, names, path):
     axes[1].plot([l for l, _ in pts], [r["temp_plus_output_bytes"] / harness.MB for _, r in pts],
                  style, label=name)
   harness.style_log_axes(axes, ("fwd+bwd median (ms)", "compiled temp+output (MB)"))
-  fig.suptitle("one mixing layer, d_model 128, B=2, f32, CPU")
+  fig.suptitle(f"one mixing layer, d_model 128, B=2, f32, {harness.device_label()}")
   fig.tight_layout()
   fig.savefig(path, dpi=90)
   print(f"wrote {path}")
@@ -118,8 +107,7 @@ def plot(records, lengths, names, path):
 
 def main(argv=None):
   p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-  p.add_argument("--quick", action="store_true")
-  p.add_argument("--lengths", default=None)
+  harness.add_common_args(p)
   p.add_argument("--passes", default="fwd+bwd,fwd")
   p.add_argument("--batch", type=int, default=2)
   p.add_argument("--d-model", type=int, default=128)
@@ -130,25 +118,19 @@ def main(argv=None):
   p.add_argument("--ssm-size", type=int, default=256)
   p.add_argument("--ssm-blocks", type=int, default=16)
   p.add_argument("--s5-methods", default="associative,linear")
-  p.add_argument("--repeats", type=int, default=7)
-  p.add_argument("--case-budget-s", type=float, default=60.0)
-  p.add_argument("--mem-budget-gb", type=float, default=4.0)
-  p.add_argument("--out", default=str(harness.DOCS))
-  p.add_argument("--name", default=None)
   args = p.parse_args(argv)
-  lengths = harness.parse_lengths(args.lengths) if args.lengths else (
-      [1024] if args.quick else [1024, 4096, 16384])
+  lengths = harness.lengths_from_args(args, quick=[1024], full=[1024, 4096, 16384])
   passes = [x for x in args.passes.split(",") if x]
   if args.quick and args.passes == "fwd+bwd,fwd":
     passes = ["fwd+bwd"]
-  name = args.name or ("layers_quick" if args.quick else "layers")
+  out_dir, name = harness.output_path(args, "layers")
   layers = make_layers(args)
 
   records = []
   for length in lengths:
     print(f"L = {length}", flush=True)
     cases = build_cases(length, layers, passes, args)
-    run_group(cases, args)
+    harness.run_group(cases, args.mem_budget_gb, args.repeats, args.case_budget_s)
     records += [harness.record(c) for c in cases]
 
   tables = []
@@ -157,7 +139,7 @@ def main(argv=None):
     for layer in layers:
       cells, mems = [], []
       for length in lengths:
-        r = find(records, length=length, layer=layer, pass_=kind)
+        r = harness.find(records, length=length, layer=layer, pass_=kind)
         cells.append(harness.fmt_ms(r.get("median_s")) if r and "median_s" in r else "skip")
         mems.append(harness.fmt_bytes(r.get("temp_plus_output_bytes")) if r else "–")
       rows.append([layer] + cells + mems)
@@ -173,8 +155,8 @@ def main(argv=None):
     for peer in peers:
       cells = []
       for length in lengths:
-        a = find(records, length=length, layer=lion, pass_="fwd+bwd")
-        b = find(records, length=length, layer=peer, pass_="fwd+bwd")
+        a = harness.find(records, length=length, layer=lion, pass_="fwd+bwd")
+        b = harness.find(records, length=length, layer=peer, pass_="fwd+bwd")
         if a and b and "median_s" in a and "median_s" in b:
           ratio = b["median_s"] / a["median_s"]
           cells.append(f"{ratio:.1f}x")
@@ -188,12 +170,11 @@ def main(argv=None):
   print("\nfwd+bwd time ratio (>1: LION faster)\n" + harness.markdown_table(
       ["ratio"] + [f"L={l}" for l in lengths], ratio_rows))
   if checks:
-    print("\nissue-7 targets at L=4096 (chunk_scan ≥10x faster than softmax, ≥1x vs S5)\n"
+    print("\ntargets at L=4096 (chunk_scan ≥10x faster than softmax, ≥1x vs S5)\n"
           + harness.markdown_table(
               ["LION", "peer", "ratio (median)", "ratio (min)", "goal", ""],
               [[c["lion"], c["peer"], f"{c['ratio']:.1f}x", f"{c['ratio_min']:.1f}x",
                 f">= {c['goal']:.0f}x", "met" if c["met"] else "MISSED"] for c in checks]))
-  out_dir = pathlib.Path(args.out)
   harness.write_json(name, records, out_dir, extra={"targets": checks})
   plot(records, lengths, list(layers), out_dir / f"{name}.png")
 

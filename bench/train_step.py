@@ -1,16 +1,17 @@
-"""Full training-step throughput per LRA preset and training form (issue 7).
+"""Full training-step throughput per LRA preset and training form.
 
   .venv/bin/python bench/train_step.py            # every preset, reduced batch, full length
   .venv/bin/python bench/train_step.py --quick    # ListOps `runlocal` only
 
 The step is the real one (`lra.steps.jit_train_step`: AdamW with the config's parameter groups,
-state donated) on synthetic batches of the task's shapes (`lra.tasks` TaskInfo). For each case:
-compile seconds (`lower().compile()`), XLA temp + output bytes, then interleaved timed steps
-(median) -> examples/s. The `runlocal` ListOps step also runs through the plain jitted path with a
-fresh batch each step, and checks that it compiled exactly once (`_cache_size()` and JAX's compile
-events) and that its compile took ≤ 30 s.
+state donated) on synthetic batches of the task's shapes (`lra.tasks` TaskInfo), timed by the
+shared harness (`harness.Case` with `threads_state`, so each call gets the state the previous
+one returned). For each case: compile seconds (`lower().compile()`), XLA temp + output bytes,
+then interleaved timed steps (median) -> examples/s. The `runlocal` ListOps step also runs
+through the plain jitted path with a fresh batch each step, and checks that it compiled exactly
+once (JAX's backend-compile events, a public `jax.monitoring` API) and within 30 s.
 
-Writes docs/bench/train_step.json (no plot).
+Writes train_step.json to bench/results/ (git-ignored; `--publish`: docs/bench/); no plot.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ COMPILE_LIMIT_S = 30.0
 
 
 def task_config(task, arg):
+  """(experiment config, TaskInfo, sequence length) of `configs/<task>.py:<arg>`."""
   config = importlib.import_module(f"configs.{task}").get_config(arg)
   info = get_task(task).info
   seq_len = config.seq_len or info.seq_len
@@ -58,8 +60,11 @@ def synthetic_batch(info, seq_len, batch, seed):
           "example_mask": np.ones((batch,), bool)}
 
 
-def make_setup(config, info, form, chunk):
+def make_setup(config, info, form, chunk, dtype=None):
+  """The train setup of `config` with the model's form, chunk size and compute dtype replaced."""
   model_config = check_config(config).replace(form=form, chunk_size=chunk)
+  if dtype:
+    model_config = model_config.replace(dtype=dtype)
   tx = optim.make_optimizer(config, 1000, 100)
   return steps.create_train_setup(model_config, num_classes=info.num_classes,
                                   vocab_size=info.vocab_size, dual_input=info.dual_input, tx=tx,
@@ -86,10 +91,43 @@ def attention_mask_bytes(model_config, batch, seq_len, dual):
   return 4.0 * rows * model_config.num_heads * groups * seq_len ** 2
 
 
+def step_case(task, config, info, seq_len, form, chunk, batch_size, dtype="float32",
+              mem_budget_gb=None):
+  """A harness case timing one training step of `task`, or a record saying why it is skipped.
+
+  Returns:
+    (case, None), or (None, record) when the attention form's L×L masks alone would not fit.
+  """
+  setup, model_config = make_setup(config, info, form, chunk, dtype)
+  label = (f"{task} {form}" + (f" C={chunk}" if form.startswith("chunk") else "")
+           + ("" if dtype == "float32" else f" {dtype}"))
+  info_fields = dict(task=task, form=form, chunk_size=chunk, dtype=dtype, seq_len=seq_len,
+                     batch=batch_size, d_model=model_config.d_model,
+                     layers=model_config.num_layers, heads=model_config.num_heads,
+                     decay=model_config.decay, decay_shape=model_config.decay_shape,
+                     num_params=setup.num_params)
+  if form == "attention" and mem_budget_gb is not None:
+    need = attention_mask_bytes(model_config, batch_size, seq_len, info.dual_input)
+    if need > mem_budget_gb * harness.GB / 3:
+      return None, dict(name=label, **info_fields, skipped=(
+          f"would not fit: one L×L mask per layer is {harness.fmt_bytes(need)} "
+          f"(budget {mem_budget_gb} GB)"))
+  batch = steps.shard_batch(synthetic_batch(info, seq_len, batch_size, 0), setup.mesh)
+  return harness.Case(label, steps.jit_train_step(setup), (setup.state, batch),
+                      info=info_fields, threads_state=True), None
+
+
+def examples_per_second(record):
+  """Adds `examples_per_s` (batch / median step time) to a timed step record."""
+  if "median_s" in record:
+    record["examples_per_s"] = record["batch"] / record["median_s"]
+  return record
+
+
 def recompile_check(counter, args):
   """ListOps runlocal through the plain jitted path: compile time, compile count."""
   config, info, seq_len = task_config("listops", "lion_s,runlocal")
-  setup, model_config = make_setup(config, info, model_config_form(config), config.model.chunk_size)
+  setup, model_config = make_setup(config, info, config.model.form, config.model.chunk_size)
   step = steps.jit_train_step(setup)
   state = setup.state
   before = counter.count
@@ -101,49 +139,37 @@ def recompile_check(counter, args):
     jax.block_until_ready(sums)
     times.append(time.perf_counter() - start)
   compiles = counter.count - before
-  cache = step._cache_size()  # pylint: disable=protected-access
   result = dict(task="listops", config="lion_s,runlocal", seq_len=seq_len, batch=config.batch_size,
                 d_model=model_config.d_model, layers=model_config.num_layers,
                 form=model_config.form, first_call_s=times[0],
                 median_step_s=statistics.median(times[1:]), steps=len(times),
-                backend_compiles=compiles, jit_cache_size=cache,
+                backend_compiles=compiles,
                 examples_per_s=config.batch_size / statistics.median(times[1:]),
-                compile_ok=times[0] <= COMPILE_LIMIT_S, no_recompile=(cache == 1 and compiles <= 1))
+                compile_ok=times[0] <= COMPILE_LIMIT_S, no_recompile=compiles <= 1)
   print(f"runlocal ListOps step: first call (compile + 1 step) {times[0]:.1f} s "
         f"(limit {COMPILE_LIMIT_S:.0f} s: {'ok' if result['compile_ok'] else 'EXCEEDED'}); "
-        f"{len(times)} steps with fresh batches -> {compiles} backend compile(s), jit cache size "
-        f"{cache} ({'no recompiles' if result['no_recompile'] else 'RECOMPILED'}); "
+        f"{len(times)} steps with fresh batches -> {compiles} backend compile(s) "
+        f"({'no recompiles' if result['no_recompile'] else 'RECOMPILED'}); "
         f"steady step {1e3 * result['median_step_s']:.1f} ms", flush=True)
   return result
 
 
-def model_config_form(config):
-  return config.model.form
-
-
 def main(argv=None):
-  p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-  p.add_argument("--quick", action="store_true")
+  p = argparse.ArgumentParser(description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+  harness.add_common_args(p, repeats=5, case_budget_s=120.0)
   p.add_argument("--tasks", default=",".join(TASKS))
   p.add_argument("--variant", default="lion_s")
   p.add_argument("--forms", default="chunk_scan:64,chunk_scan:16,rnn:64,attention:64",
                  help="form:chunk list")
   p.add_argument("--batch", type=int, default=2)
-  p.add_argument("--repeats", type=int, default=5)
   p.add_argument("--check-steps", type=int, default=6)
-  p.add_argument("--mem-budget-gb", type=float, default=4.0)
-  p.add_argument("--case-budget-s", type=float, default=120.0)
-  p.add_argument("--out", default=str(harness.DOCS))
-  p.add_argument("--name", default=None)
   args = p.parse_args(argv)
-  name = args.name or ("train_step_quick" if args.quick else "train_step")
+  out_dir, name = harness.output_path(args, "train_step")
   counter = CompileCounter()
   check = recompile_check(counter, args)
   records = [dict(name="runlocal recompile check", **check)]
-  if args.quick:
-    tasks = []
-  else:
-    tasks = [t for t in args.tasks.split(",") if t]
+  tasks = [] if args.quick else [t for t in args.tasks.split(",") if t]
   forms = [(f.split(":")[0], int(f.split(":")[1])) for f in args.forms.split(",") if f]
 
   for task in tasks:
@@ -151,67 +177,23 @@ def main(argv=None):
     print(f"{task}: L={seq_len}{' x2' if info.dual_input else ''}, batch {args.batch}", flush=True)
     cases = []
     for form, chunk in forms:
-      label = f"{task} {form}" + (f" C={chunk}" if form.startswith("chunk") else "")
-      setup, model_config = make_setup(config, info, form, chunk)
-      rec = dict(name=label, task=task, form=form, chunk_size=chunk, seq_len=seq_len,
-                 batch=args.batch, d_model=model_config.d_model, layers=model_config.num_layers,
-                 heads=model_config.num_heads, decay=model_config.decay,
-                 decay_shape=model_config.decay_shape, num_params=setup.num_params)
-      if form == "attention":
-        need = attention_mask_bytes(model_config, args.batch, seq_len, info.dual_input)
-        if need > args.mem_budget_gb * harness.GB / 3:
-          rec["skipped"] = (f"would not fit: one L×L mask per layer is {harness.fmt_bytes(need)} "
-                            f"(budget {args.mem_budget_gb} GB)")
-          print(f"  {label:<34s} skipped ({rec['skipped']})", flush=True)
-          records.append(rec)
-          continue
-      batch = steps.shard_batch(synthetic_batch(info, seq_len, args.batch, 0), setup.mesh)
-      step = steps.jit_train_step(setup)
-      start = time.perf_counter()
-      compiled = step.lower(setup.state, batch).compile()
-      rec["compile_s"] = time.perf_counter() - start
-      rec.update(harness.memory_stats(compiled))
-      mem = rec.get("temp_plus_output_bytes", 0)
-      if mem > args.mem_budget_gb * harness.GB:
-        rec["skipped"] = (f"would not fit: {harness.fmt_bytes(mem)} compiled temp+output > "
-                          f"{args.mem_budget_gb} GB budget")
-        print(f"  {label:<34s} skipped ({rec['skipped']}; compile {rec['compile_s']:.1f} s)",
-              flush=True)
-        records.append(rec)
-        continue
-      cases.append([rec, compiled, setup.state, batch, []])
-    # warm-up (one step each), then interleaved rounds; the state is donated and threaded through.
-    for case in cases:
-      rec, compiled, state, batch, times = case
-      start = time.perf_counter()
-      case[2], sums = compiled(state, batch)
-      jax.block_until_ready(sums)
-      rec["warmup_s"] = time.perf_counter() - start
-      rec["repeats_planned"] = int(max(2, min(args.repeats, args.case_budget_s // rec["warmup_s"])))
-    for round_index in range(max((c[0]["repeats_planned"] for c in cases), default=0)):
-      for case in cases:
-        rec, compiled, state, batch, times = case
-        if round_index >= rec["repeats_planned"]:
-          continue
-        start = time.perf_counter()
-        case[2], sums = compiled(state, batch)
-        jax.block_until_ready(sums)
-        times.append(time.perf_counter() - start)
-    for rec, compiled, state, batch, times in cases:
-      rec.update(times_s=times, repeats=len(times), median_s=statistics.median(times),
-                 min_s=min(times), examples_per_s=args.batch / statistics.median(times))
-      print(f"  {rec['name']:<34s} {rec['examples_per_s']:8.2f} ex/s  step "
-            f"{1e3 * rec['median_s']:9.1f} ms (min {1e3 * rec['min_s']:.1f}, n={len(times)})  "
-            f"compile {rec['compile_s']:.1f} s  mem {harness.fmt_bytes(rec.get('temp_plus_output_bytes'))}",
-            flush=True)
-      records.append(rec)
+      case, skipped = step_case(task, config, info, seq_len, form, chunk, args.batch,
+                                mem_budget_gb=args.mem_budget_gb)
+      if skipped:
+        print(f"  {skipped['name']:<34s} skipped ({skipped['skipped']})", flush=True)
+        records.append(skipped)
+      else:
+        cases.append(case)
+    harness.run_group(cases, args.mem_budget_gb, args.repeats, args.case_budget_s)
+    records += [examples_per_second(harness.record(c)) for c in cases]
     del cases
     gc.collect()
 
   rows = []
   for r in records[1:]:
-    rows.append([r["task"], r["form"] + (f" C={r['chunk_size']}" if r["form"].startswith("chunk") else ""),
-                 f"{r['seq_len']}", f"{r['examples_per_s']:.2f}" if "examples_per_s" in r else "skip",
+    form = r["form"] + (f" C={r['chunk_size']}" if r["form"].startswith("chunk") else "")
+    rows.append([r["task"], form, f"{r['seq_len']}",
+                 f"{r['examples_per_s']:.2f}" if "examples_per_s" in r else "skip",
                  harness.fmt_ms(r.get("median_s")) if "median_s" in r else "–",
                  f"{r['compile_s']:.1f}" if "compile_s" in r else "–",
                  harness.fmt_bytes(r.get("temp_plus_output_bytes"))])
@@ -219,8 +201,7 @@ def main(argv=None):
     print(f"\nTraining step, LRA presets ({args.variant}), batch {args.batch}\n"
           + harness.markdown_table(["task", "form", "L", "examples/s", "step ms", "compile s",
                                     "temp+output"], rows))
-  harness.write_json(name, records, pathlib.Path(args.out),
-                     extra={"compile_limit_s": COMPILE_LIMIT_S})
+  harness.write_json(name, records, out_dir, extra={"compile_limit_s": COMPILE_LIMIT_S})
 
 
 if __name__ == "__main__":

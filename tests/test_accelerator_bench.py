@@ -1,0 +1,110 @@
+"""The one-command accelerator report (`bench/accelerator.py`) and the benchmark harness.
+
+An accelerator is lent only now and then, so the script must not rot in between: here it runs
+end to end on the CPU at `--quick` sizes, and every stage must pass and show in the report.
+"""
+
+import argparse
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+
+import accelerator  # noqa: E402  (bench/ is no package: its scripts import each other by name)
+import harness  # noqa: E402
+
+STAGES = ["env", "correctness", "forms", "train_step", "train"]
+
+
+def _source_tree_environment():
+  """The checkout first on the path, as on an accelerator where the project is not installed."""
+  env = dict(os.environ)
+  env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH")
+                                                     else []))
+  return env
+
+
+def test_quick_run_passes_every_stage_and_writes_the_report(tmp_path):
+  result = subprocess.run([sys.executable, "bench/accelerator.py", "--quick", "--out",
+                           str(tmp_path)], cwd=REPO, env=_source_tree_environment(),
+                          capture_output=True, text=True, timeout=900)
+  log = (tmp_path / accelerator.LOG).read_text() if (tmp_path / accelerator.LOG).exists() else ""
+  assert result.returncode == 0, result.stdout + result.stderr + log[-4000:]
+
+  report = json.loads((tmp_path / accelerator.REPORT_JSON).read_text())
+  assert list(report["stages"]) == STAGES
+  for name, stage in report["stages"].items():
+    assert stage["passed"] and stage["status"] == "passed", (name, stage.get("error"), log[-4000:])
+  stages = report["stages"]
+  assert stages["env"]["environment"]["backend"] == "cpu"
+  checks = stages["correctness"]["checks"]
+  assert {c["form"] for c in checks} == set(accelerator.FORMS)
+  assert {c["dtype"] for c in checks} == {"float32", "bfloat16"}
+  assert all(c["ok"] and c["output_error"] < 1e-3 for c in checks if c["dtype"] == "float32")
+  assert all(c["ok"] for c in stages["correctness"]["reference_checks"])
+  timed = [r for r in stages["forms"]["results"] if "median_s" in r]
+  assert {r["form"] for r in timed} == {"attention", "rnn", "scan", "chunk_scan"}
+  assert all(r["temp_plus_output_bytes"] > 0 for r in timed)
+  assert all(r["examples_per_s"] > 0 for r in stages["train_step"]["results"])
+  assert [r["step"] for r in stages["train"]["curve"] if "eval_accuracy" in r] == [3, 6]
+  assert 0.0 <= stages["train"]["results"]["test_accuracy"] <= 1.0
+
+  markdown = (tmp_path / accelerator.REPORT_MD).read_text()
+  for heading in ("# Accelerator report", "## Correctness", "## lion_attention forms",
+                  "## One LRA training step", "## Short ListOps training run"):
+    assert heading in markdown
+  assert "FAILED" not in markdown
+  assert (tmp_path / accelerator.CURVES_PNG).stat().st_size > 0
+
+
+def test_a_stage_over_its_budget_is_killed_and_reported_not_fatal(tmp_path):
+  args = argparse.Namespace(quick=True)
+  with open(tmp_path / "log", "w") as log:
+    stage = accelerator.run_stage("train", 1.0, args, tmp_path, _source_tree_environment(), log)
+  assert stage["status"] == "timed out" and not stage["passed"]
+  assert 1.0 <= stage["seconds"] < 10.0
+
+
+def test_unknown_stage_is_an_error_naming_the_stages(capsys):
+  with pytest.raises(SystemExit):
+    accelerator.main(["--out", "unused", "--stages", "env,warp"])
+  error = capsys.readouterr().err
+  assert "unknown stage(s) warp" in error and "env, correctness, forms, train_step, train" in error
+
+
+def test_benchmarks_write_to_the_ignored_results_folder_unless_published():
+  parser = argparse.ArgumentParser()
+  harness.add_common_args(parser)
+  folder, name = harness.output_path(parser.parse_args(["--quick"]), "forms")
+  assert (folder, name) == (harness.RESULTS, "forms_quick")
+  assert "bench/results/" in (REPO / ".gitignore").read_text().split()
+  folder, name = harness.output_path(parser.parse_args(["--publish"]), "forms")
+  assert (folder, name) == (REPO / "docs" / "bench", "forms")
+  with pytest.raises(SystemExit, match="--out and --publish"):
+    harness.output_path(parser.parse_args(["--publish", "--out", "x"]), "forms")
+
+
+def test_stateful_case_threads_the_donated_state_through_every_call():
+  def step(state, increment):
+    return state + increment, state.sum()
+
+  case = harness.Case("counter", jax.jit(step, donate_argnums=0), (jnp.zeros(3), jnp.ones(3)),
+                      threads_state=True)
+  harness.compile_case(case)
+  harness.time_cases([case], repeats=3, verbose=False)
+  calls = 1 + 2 * 3  # one warm-up, then each timed call preceded by an untimed one
+  assert float(case.args[0][0]) == calls
+
+
+def test_correctness_errors_count_nan_as_failure_and_scale_by_the_reference():
+  assert accelerator._relative_error([float("nan"), 1.0], [1.0, 1.0]) == float("inf")
+  assert accelerator._relative_error([2.0, 0.0], [1.0, 0.0]) == pytest.approx(1.0)
+  assert accelerator._relative_error([1.001, 0.0], [1.0, 0.0]) <= accelerator.TOLERANCE["float32"]
