@@ -36,6 +36,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+import lion_jax  # noqa: F401  (before any benchmark starts a backend: lion-jax's XLA:CPU flags)
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 # Where results go by default: git-ignored, so a run never overwrites the published numbers.
 RESULTS = REPO / "bench" / "results"
