@@ -1,6 +1,6 @@
 """Shared benchmark harness: compile once, time interleaved repeats, read XLA's memory and FLOPs.
 
-Every benchmark in `bench/` follows performance.md §7:
+Every benchmark in `bench/` measures the same way (docs/benchmarks.md, "How we measure"):
   * `jax.jit`, then `lower(...).compile()` timed separately (compile seconds are reported, never
     mixed into run times);
   * one warm-up call, then ≥ 7 timed rounds. Each round runs *every* case once, in turn, so slow
