@@ -1,6 +1,7 @@
 """Shared benchmark harness: compile once, time interleaved repeats, read XLA's memory and FLOPs.
 
-Every benchmark in `bench/` uses it, so they all measure the same way:
+Every benchmark in `bench/` uses it, so they all measure the same way (docs/benchmarks.md,
+"How we measure"):
   * `jax.jit`, then `lower(...).compile()` timed separately (compile seconds are reported, never
     mixed into run times);
   * one warm-up call, then ≥ 7 timed rounds. Each round runs *every* case once, in turn, so slow

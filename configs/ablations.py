@@ -10,7 +10,7 @@ paper's row says (`tests/test_ablations.py` diffs every variant's config against
     python -m lra.sweep --tasks listops,pathfinder --variants table3,table6 --workdir runs/sweep
 
 `PAPER` holds the paper's test accuracies per (variant, task), the one table the sweep's
-results are compared against (spec §6.3, §6.4). Known problems with those numbers:
+results are compared against (the paper's Tables 3 and 6). Known problems with those numbers:
 
 * A missing Path-X entry in the extracted tables is a failure ("✗"); it is None here, and the
   printed averages of such rows are 5-task averages. Several printed averages do not match
@@ -32,19 +32,20 @@ from typing import Any
 # variant -> dotted-field overrides on top of the task config (whose model is LION-S w/ HiPPO).
 ABLATION_VARIANTS: dict[str, dict[str, Any]] = {
     # Table 3, "w/o HiPPO" rows: the base decay starts at λ = σ(N(0, 1)) (the official
-    # release's LION-D init) instead of the HiPPO/ZOH values (spec §6.1).
+    # release's LION-D init) instead of the HiPPO/ZOH values (paper Sec. 4.5).
     "lion_d_random": {"model.decay": "fixed", "model.decay_init": "random"},
     "lion_s_random": {"model.decay_init": "random"},
-    # Table 6 [1]: φ = σ on q and k and no normalisation at all, (QKᵀ ⊙ M)V (spec §5.1).
+    # Table 6 [1]: φ = σ on q and k and no normalisation at all, (QKᵀ ⊙ M)V
+    # (docs/math.md §1.3).
     "abl1_sigmoid_unscaled": {"model.feature_map": "sigmoid", "model.normalize": "none"},
     # [2]: φ = ReLU, still scaled after the mask.
     "abl2_relu": {"model.feature_map": "relu"},
-    # [3]: one decay per head instead of one per value channel (spec §5.4).
+    # [3]: one decay per head instead of one per value channel (paper App. C.7).
     "abl3_scalar_decay": {"model.decay_shape": "scalar"},
     # [4]: LION-S without scaling, (QKᵀ ⊙ M)V with the default φ.
     "abl4_unscaled": {"model.normalize": "none"},
     # [5]: Scale(QKᵀ) ⊙ M, the normaliser without the decays (table label "scaled attention
-    # w.o mask"; spec §5.1, §9 item 13).
+    # w.o mask", which App. D.3 calls scaling before the mask; docs/math.md §1.3).
     "abl5_scale_before_mask": {"model.normalize": "before"},
     # [6]: the HiPPO base decay alone, no input-dependent part; identical to `lion_d` here.
     "abl6_no_selectivity": {"model.decay": "fixed"},
@@ -87,8 +88,8 @@ def _row(*values: float | None) -> dict[str, float | None]:
   return dict(zip(_TASK_ORDER, values, strict=True))
 
 
-# Paper test accuracy (%) per variant and task; None = "✗" (failed / no entry, spec §6.6 item 2).
-# Table 3 (spec §6.3) and Table 6 (spec §6.4); LION-S appears in both with the same numbers.
+# Paper test accuracy (%) per variant and task; None = "✗" (failed / no entry).
+# Table 3 (Sec. 4.5) and Table 6 (App. D.3); LION-S appears in both with the same numbers.
 PAPER: dict[str, dict[str, float | None]] = {
     "lion_lit": _row(16.78, 65.21, 54.00, 43.29, 72.78, None),
     "lion_d_random": _row(32.5, 64.5, 50.0, 47.4, 73.6, None),

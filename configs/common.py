@@ -140,7 +140,7 @@ def get_base_config(task: str, arg: str | None, *, batch_size: int, num_epochs: 
                     weight_decay: float, warmup_epochs: float = 1.0,
                     extra_args: dict[str, Any] | None = None
                     ) -> tuple[config_dict.ConfigDict, config_dict.ConfigDict]:
-  """The config shared by every task; `configs/<task>.py` passes the S5 numbers (spec §7.3).
+  """The config shared by every task; `configs/<task>.py` passes S5's numbers (docs/design.md §3).
 
   Args:
     task: one of `TASKS`.

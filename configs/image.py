@@ -11,7 +11,7 @@ from configs import common
 
 
 def get_config(arg=None):
-  """Image with S5's schedule (spec §7.3): batch 50, 250 epochs, weight decay 0.07."""
+  """Image with S5's schedule (docs/design.md §3): batch 50, 250 epochs, weight decay 0.07."""
   config, _ = common.get_base_config(
       "image", arg, batch_size=50, num_epochs=250, weight_decay=0.07)
   return config

@@ -18,7 +18,7 @@ from configs import common
 
 
 def get_config(arg=None):
-  """ListOps with S5's schedule (spec §7.3): batch 50, 40 epochs, weight decay 0.04."""
+  """ListOps with S5's schedule (docs/design.md §3): batch 50, 40 epochs, weight decay 0.04."""
   config, args = common.get_base_config(
       "listops", arg, batch_size=50, num_epochs=40, weight_decay=0.04,
       extra_args={"demo": False})

@@ -12,7 +12,7 @@ from configs import common
 
 
 def get_config(arg=None):
-  """Pathfinder with S5's schedule (spec §7.3): batch 64, 200 epochs, weight decay 0.03."""
+  """Pathfinder with S5's schedule (docs/design.md §3): batch 64, 200 epochs, weight decay 0.03."""
   config, args = common.get_base_config(
       "pathfinder", arg, batch_size=64, num_epochs=200, weight_decay=0.03)
   if args.runlocal:

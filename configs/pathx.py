@@ -12,7 +12,7 @@ from configs import common
 
 
 def get_config(arg=None):
-  """Path-X with S5's schedule (spec §7.3): batch 32, 75 epochs, weight decay 0.06."""
+  """Path-X with S5's schedule (docs/design.md §3): batch 32, 75 epochs, weight decay 0.06."""
   config, args = common.get_base_config(
       "pathx", arg, batch_size=32, num_epochs=75, weight_decay=0.06)
   if args.runlocal:

@@ -11,7 +11,7 @@ from configs import common
 
 
 def get_config(arg=None):
-  """Retrieval with S5's schedule (spec §7.3): batch 32, 20 epochs, weight decay 0.05."""
+  """Retrieval with S5's schedule (docs/design.md §3): batch 32, 20 epochs, weight decay 0.05."""
   config, args = common.get_base_config(
       "retrieval", arg, batch_size=32, num_epochs=20, weight_decay=0.05)
   if args.runlocal:

@@ -12,7 +12,7 @@ from configs import common
 
 
 def get_config(arg=None):
-  """Text with S5's schedule (spec §7.3): batch 50, 35 epochs, weight decay 0.07, no warmup."""
+  """Text with S5's schedule (docs/design.md §3): batch 50, 35 epochs, no warmup."""
   config, args = common.get_base_config(
       "text", arg, batch_size=50, num_epochs=35, weight_decay=0.07, warmup_epochs=0.0)
   config.task_options = dict(val_split="test")

@@ -40,7 +40,7 @@ class LionForm(str, enum.Enum):
 
 
 class Normalize(str, enum.Enum):
-  """Where the row normalisation sits (spec §5.1, Table 6 ablations [4] and [5])."""
+  """Where the row normalisation sits (paper App. C.2–C.3, Table 6 ablations [4] and [5])."""
 
   AFTER = "after"  # Scale(QKᵀ ⊙ M) V: LION
   BEFORE = "before"  # (Scale(QKᵀ) ⊙ M) V: the normaliser ignores the decays
@@ -171,7 +171,7 @@ def _chunk_scan(q, k, v, log_decay, convention, normalize, chunk_size):
 def _with_unit_values(v, *gates):
   """Values with one channel of ones per decay channel appended, and gates to match.
 
-  The decayed normaliser is the numerator with v ≡ 1 (spec §5.4), so a kernel that carries
+  The decayed normaliser is the numerator with v ≡ 1 (paper App. C.7), so a kernel that carries
   these channels computes both at once.
 
   Args:

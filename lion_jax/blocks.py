@@ -1,6 +1,6 @@
 """Residual blocks around `LionMixer`: the S5 sequence layer and a Transformer block.
 
-  S5Block (spec §7.1, S5 `SequenceLayer`, pre-norm by default):
+  S5Block (docs/design.md §3, S5 `SequenceLayer`, pre-norm by default):
       skip = x;  x = norm(x);  x = mixer(x);  x = activation block(x);  x = skip + x
   with the activation blocks (h = dropout(GELU(x)), dropout shared over time):
       gelu      h

@@ -8,7 +8,8 @@ from its ConfigDict (the field names are the keys under `config.model`), or star
     model = LraClassifier(config, num_classes=10, vocab_size=20, rngs=nnx.Rngs(0))
 
 Every string field is validated in `__post_init__`; a wrong value raises a ValueError that names the
-field and the allowed values. Spec references (§) are to `shared/spec/lion.md`.
+field and the allowed values. Paper references are to the LION paper; docs/math.md and
+docs/design.md explain each choice.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ class ModelConfig:
   d_model: int = 128
   num_layers: int = 4
   num_heads: int = 2
-  # Residual block: "s5" (pre-norm, mixer, GELU/GLU, residual; spec §7.1) or "transformer"
+  # Residual block: "s5" (pre-norm, mixer, GELU/GLU, residual; docs/design.md §3) or "transformer"
   # (norm → mixer → residual → norm → MLP → residual; paper Fig. 6, use with norm="layer").
   block: str = "s5"
   # "batch": BatchNorm over batch and time with padding excluded from the statistics (S5 LRA);
@@ -58,7 +59,7 @@ class ModelConfig:
   bn_momentum: float = 0.95
   # Pre-norm (S5 LRA default) or post-norm residual blocks (s5 block only).
   prenorm: bool = True
-  # The S5 activation block after the mixer (spec §7.1); "gelu" is plain GELU.
+  # The S5 activation block after the mixer (docs/design.md §3); "gelu" is plain GELU.
   activation: str = "half_glu2"
   # Hidden width of the transformer block's MLP, as a multiple of d_model.
   mlp_ratio: int = 4
@@ -70,19 +71,20 @@ class ModelConfig:
   # For encoder="dense": (pixel/255 − input_mean) / input_std.
   input_mean: float = 0.5
   input_std: float = 0.5
-  # φ applied to q and k per head (spec §1.4); "silu_norm" = (SiLU(x) + 0.5) / ‖·‖₂.
+  # φ applied to q and k per head (docs/math.md §1); "silu_norm" = (SiLU(x) + 0.5) / ‖·‖₂.
   feature_map: str = "silu_norm"
   # Per-head key/query width; None means d_model / num_heads (the value width per head).
   key_dim: int | None = None
   # "lit": no decay (λ = 1); "fixed": a learnt λ per head or channel (LION-D); "selective": per
   # token (LION-S) on top of the fixed base decay.
   decay: str = "selective"
-  # "scalar": one λ per head; "vector": one λ per value channel (spec §5.4; needed on LRA).
+  # "scalar": one λ per head; "vector": one λ per value channel (paper App. C.7; needed on LRA).
   decay_shape: str = "vector"
-  # Parameter of the base decay: "neg_exp" log λ = −exp(ρ) (spec §6.7, §9 item 8; always in (0,1))
+  # Parameter of the base decay: "neg_exp" log λ = −exp(ρ) (docs/math.md §5; always in (0,1))
   # or "sigmoid" λ = σ(a) (paper Sec. 3.3 LION-D). Both start from the same λ.
   decay_param: str = "neg_exp"
-  # How tokens modulate the base log-decay B (spec §6.7); see `lion_jax.decay.selective_log_decay`.
+  # How tokens modulate the base log-decay B (docs/math.md §5); see
+  # `lion_jax.decay.selective_log_decay`.
   selective_mode: str = "sigmoid_dt"
   # Bias of the selective gate at init; None picks the mode's default (+8 for log_additive, else 0).
   selective_bias_init: float | None = None
@@ -94,8 +96,8 @@ class ModelConfig:
   decay_init: str = "hippo"
   dt_min: float = 1e-3
   dt_max: float = 1e-1
-  # W_v init: "zoh_diag" diag(γ), γ = (λ − 1)/Λ (spec §6.7); "zoh_lecun" diag(γ)·W₀ with W₀
-  # lecun-normal; "lecun" plain lecun-normal.
+  # W_v init: "zoh_diag" diag(γ), γ = (λ − 1)/Λ (paper App. D.2; docs/math.md §5);
+  # "zoh_lecun" diag(γ)·W₀ with W₀ lecun-normal; "lecun" plain lecun-normal.
   v_init: str = "zoh_diag"
   # Passed to `lion_attention`: where the row normalisation sits, and the mask convention.
   normalize: str = "after"
@@ -154,7 +156,7 @@ class ModelConfig:
     return dataclasses.replace(self, **overrides)
 
 
-# S5's depth and width per LRA task (spec §7.3), LION-S with HiPPO decays, d_head = 64.
+# S5's depth and width per LRA task (docs/design.md §3), LION-S with HiPPO decays, d_head = 64.
 PRESETS: dict[str, ModelConfig] = {
     "listops": ModelConfig(d_model=128, num_layers=8, num_heads=2, activation="half_glu2"),
     "text": ModelConfig(d_model=256, num_layers=6, num_heads=4, activation="half_glu2", dropout=0.1),

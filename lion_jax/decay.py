@@ -1,9 +1,9 @@
-"""Decay parameterisations of the LION mixer as small pure functions (spec §6.7, §9 items 6–9).
+"""Decay parameterisations of the LION mixer as small pure functions (docs/math.md §5).
 
 A LION decay is λ ∈ (0, 1) with log-decay a = log λ ≤ 0, one per head ("scalar", G = 1) or per
 value channel ("vector", G = V). The mixer keeps a *base* decay parameter of shape [H, G]:
 
-  decay_param="neg_exp":  log λ = −exp(ρ)          (spec §6.7: equals S5's Λ_re·Δ, always in (0, 1))
+  decay_param="neg_exp":  log λ = −exp(ρ)          (equals S5's Λ_re·Δ, always in (0, 1))
   decay_param="sigmoid":  λ = σ(a), log λ = log σ(a) (paper Sec. 3.3 LION-D)
 
 Selective decays (LION-S) modulate the base log-decay B = log λ_base with per-token gate logits
@@ -23,7 +23,8 @@ Inits of the base decay (all return log λ and the ZOH input gain γ used by the
   s4d_real  Λ_n = −(n+1) with n the channel index inside the head (head index for scalar decays)
   random    λ = σ(N(0, 1)), the official release's LION-D init ("w/o HiPPO" rows of Table 3)
 
-The ZOH gain is γ = (e^{ΛΔ} − 1)/Λ = (λ − 1)/Λ ≈ Δ (spec §6.7, §9 item 9); "random" uses Λ = −½.
+The ZOH gain is γ = (e^{ΛΔ} − 1)/Λ = (λ − 1)/Λ ≈ Δ (paper App. D.2 with Λ continuous;
+docs/math.md §5); "random" uses Λ = −½.
 Shapes: H heads, G decay channels per head, B batch, L length.
 """
 

@@ -6,8 +6,8 @@ Shape legend (used in every `# [...]` comment of `lion_jax`):
   E value channels carried by a recurrence (V, plus the normaliser channels),
   N number of chunks, C chunk length.
 
-Conventions (spec §1.3). Write a_t = log λ_t ≤ 0 for the per-token log-decay. Every LION mask
-has a unit diagonal and is split into a lower (forward) and an upper (backward) triangle:
+Conventions (docs/math.md §1.1). Write a_t = log λ_t ≤ 0 for the per-token log-decay. Every
+LION mask has a unit diagonal and is split into a lower (forward) and an upper (backward) triangle:
 
   lower, i > j:  M_ij = exp(Σ_{t=j+1}^{i} f_t)      upper, i < j:  M_ij = exp(Σ_{t=i+1}^{j} a_t)
 
@@ -27,7 +27,7 @@ import jax.numpy as jnp
 
 
 class Convention(str, enum.Enum):
-  """Which λ multiplies which mask entry (spec §1.3)."""
+  """Which λ multiplies which mask entry (docs/math.md §1.1)."""
 
   SYMMETRIC = "symmetric"
   CODE = "code"
@@ -81,7 +81,7 @@ def backward_gate_flipped(log_decay: jnp.ndarray, axis: int = 1) -> jnp.ndarray:
 
 
 def segsum(x: jnp.ndarray) -> jnp.ndarray:
-  """Stable segment sums along the last axis, by additions only (spec §3.3).
+  """Stable segment sums along the last axis, by additions only (docs/math.md §4.1).
 
   Args:
     x: [..., L] log-decays.
@@ -117,7 +117,7 @@ def lion_mask(log_decay: jnp.ndarray, convention: str | Convention = "symmetric"
 
 
 def toeplitz_mask(log_decay: jnp.ndarray, length: int) -> jnp.ndarray:
-  """LION-D mask λ^|i-j| for fixed decays (spec §3.5), equal to `lion_mask` of a constant sequence.
+  """LION-D mask λ^|i-j| (paper eq. 85), equal to `lion_mask` of a constant sequence.
 
   Args:
     log_decay: [...] fixed log-decays (one per head or per channel).

@@ -1,8 +1,8 @@
 """`LionMixer`: the LION sequence mixer (the attention block replacement) in Flax NNX.
 
-    q = φ(x W_q),  k = φ(x W_k),  v = x W_v      per head          (spec §6.7 steps 1–2)
+    q = φ(x W_q),  k = φ(x W_k),  v = x W_v      per head          (paper App. D.2)
     λ per head or per value channel, fixed or per token            (`lion_jax.decay`)
-    y = lion_attention(q, k, v, log λ) W_o                          (spec §5.4, §6.7 steps 3–5)
+    y = lion_attention(q, k, v, log λ) W_o                          (paper eq. 16, App. C.7)
 
 The module owns parameters and wiring only; the maths is in `lion_jax.attention` (the five forms)
 and `lion_jax.decay` (decay parameterisations). The same parameters run in every form: pass
@@ -29,7 +29,7 @@ from lion_jax.config import ModelConfig
 
 
 def feature_map(x, name: str):
-  """φ applied to queries or keys, per head (spec §1.4).
+  """φ applied to queries or keys, per head (docs/math.md §1).
 
   Args:
     x: [..., K] projected queries or keys of one head.
@@ -89,7 +89,7 @@ class LionMixer(nnx.Module):
     else:
       self.decay_gate = None
 
-    # W_v: ZOH gains γ on the diagonal (spec §6.7, §9 item 9). Scalar decays share γ over a head.
+    # W_v: ZOH gains γ on the diagonal (docs/math.md §5). Scalar decays share γ over a head.
     gain = jnp.broadcast_to(gain, (h, v)).reshape(h * v)  # [H·V]
     if config.v_init == "zoh_diag":
       self.v_proj.kernel[...] = jnp.diag(gain)  # needs M = H·V, true by construction
@@ -114,7 +114,7 @@ class LionMixer(nnx.Module):
       batch, length, _ = x.shape
       logits = self.decay_gate(x).reshape(batch, length, config.num_heads, self.groups)  # [B, L, H, G]
       # The gate is a plain parameter in the graph: gradients reach W (unlike the official
-      # image code, which detaches it; spec §1.2).
+      # image code, which detaches it; docs/math.md §5).
       out = decay_lib.selective_log_decay(base, logits.astype(jnp.float32), config.selective_mode)
     else:
       out = base

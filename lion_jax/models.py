@@ -9,7 +9,7 @@
 Padding: positions ≥ length are padding. They are masked from the attention (no key enters a sum),
 from BatchNorm statistics and from pooling, and the residual stream is zeroed there after the
 encoder and after every block, so real examples do not depend on how a batch is padded.
-No positional encoding: the decays carry position (spec §6.7).
+No positional encoding: the decays carry position (docs/math.md §5).
 
 Parameter paths of an `LraClassifier` (for optimiser partitions):
   encoder/inputs/embed/embedding | encoder/inputs/dense/{kernel,bias}

@@ -11,7 +11,7 @@ Theorem 3.3's −½ qᵀk corrections, one per direction, remove the second copy
 Two interchangeable algorithms (same maths, different cost), see `CAUSAL_KERNELS`:
   rnn:        `lax.scan` over tokens with a [K, E] state. O(L) steps; least memory forward.
   scan:       `lax.associative_scan` over (log-gate, k uᵀ) pairs. O(log L) depth; materialises
-              L·K·E floats, so it is a GPU tool, slow on CPU (performance.md §3.1).
+              L·K·E floats, so it is a GPU tool, slow on CPU (docs/benchmarks.md).
 The chunked form works on both directions at once and lives in `lion_jax.chunkwise`.
 Shapes follow the legend in `lion_jax.masks`.
 """

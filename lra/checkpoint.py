@@ -1,6 +1,6 @@
 """Checkpoints of a run: the train state plus a JSON `meta` (step, data iterator, best so far).
 
-Two orbax `CheckpointManager`s (v0 API, spec style.md §0) live in the workdir:
+Two orbax `CheckpointManager`s (the stable v0 API with `ocp.args`) live in the workdir:
 
   checkpoints/<step>/  the latest `max_to_keep` steps, what a restart resumes from;
   best/<step>/         the single best-validation step, what test and `--mode eval` use.

@@ -1,6 +1,6 @@
 """AdamW with linear warmup then cosine, over a regex table of parameter groups.
 
-The table is data, not code (spec style.md item 15): an ordered list of
+The table is data, not code: an ordered list of
 `(regex, group)` pairs searched in each parameter's path ("encoder/blocks/0/mixer/decay_base");
 the first match wins and unmatched parameters fall into "default", so every parameter
 gets exactly one group. The groups are

@@ -1,7 +1,8 @@
 """A float64 NumPy reference for LION that sums the definition directly.
 
 Written independently of `lion_jax`: no segment sums, no recurrences, no shared helpers. For each
-query i and key j the mask entry is the product of the λ's the definition names (spec §1.3):
+query i and key j the mask entry is the product of the λ's the definition names (paper eq. 17 and
+the official release; docs/math.md §1.1):
 
   symmetric: M_ij = Π_{t=min(i,j)+1}^{max(i,j)} λ_t
   code:      M_ij = Π_{t=j}^{i-1} λ_t (i > j),  Π_{t=i+1}^{j} λ_t (i < j),  1 (i = j)

@@ -79,7 +79,7 @@ def test_paper_numbers_cover_every_variant_and_task():
     for task, value in ablations.PAPER[variant].items():
       # Only Path-X has failures ("✗", None) in Tables 3 and 6.
       assert (value is None) <= (task == "pathx") and (value is None or 10 < value < 100)
-  # Spot checks against spec §6.3/§6.4 (Table 6 [5] and [6] share ListOps 60.12 in the paper).
+  # Spot checks against the paper's Tables 3 and 6 ([5] and [6] share ListOps 60.12 there).
   assert ablations.PAPER["lion_s"]["listops"] == 62.25
   assert ablations.PAPER["abl5_scale_before_mask"]["listops"] == 60.12
   assert ablations.PAPER["abl6_no_selectivity"]["pathx"] == 96.30

@@ -1,4 +1,4 @@
-"""Batching spec: fixed shapes, eval padding with a mask, seeded per-epoch shuffling,
+"""What batching guarantees: fixed shapes, eval padding with a mask, seeded per-epoch shuffling,
 and exact resume from `get_state` / `set_state`."""
 
 import json

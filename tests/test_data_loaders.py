@@ -1,4 +1,4 @@
-"""Loader spec: each LRA format is written as a tiny fixture into tmp_path, then loaded.
+"""Loaders: each LRA format is written as a tiny fixture into tmp_path, then loaded.
 
 Covers the registry, ListOps TSV, IMDB (folder, .tar.gz), AAN TSV (literal quotes,
 multi-byte UTF-8, float labels), CIFAR-10 (binary records and python pickles, folder

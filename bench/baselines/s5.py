@@ -1,6 +1,6 @@
 """S5-style bidirectional diagonal SSM layer (a benchmark peer of `LionMixer`, not part of lion_jax).
 
-Written from the S5 paper (Smith, Warrington & Linderman, ICLR 2023) and spec/lion.md §7:
+Written from the S5 paper (Smith, Warrington & Linderman, ICLR 2023):
 
   * HiPPO-N (normal part of HiPPO-LegS) of size P/J, diagonalised, replicated in J blocks; with
     conjugate symmetry only half the eigenvalues are kept: P/2 complex states;

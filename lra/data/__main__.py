@@ -58,7 +58,7 @@ def _read_source(folder: pathlib.Path, num: int) -> list[tuple[np.ndarray, int]]
     for line in meta.read_text().splitlines():
       fields = line.split()
       png = folder / fields[0] / fields[1]
-      if png.stat().st_size == 0:  # the release has one empty PNG (lra_data.md §5)
+      if png.stat().st_size == 0:  # the release has one empty PNG (docs/data.md §3)
         continue
       out.append((np.asarray(Image.open(png).convert("L")), int(fields[3])))
       if len(out) == num:

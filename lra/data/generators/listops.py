@@ -1,7 +1,7 @@
 """ListOps generator that writes the LRA release format (`listops-1000/basic_*.tsv`).
 
 Reimplements the procedure of LRA's `lra_benchmarks/data/listops.py` (see
-`lra_data.md` §6) with two deliberate changes that do not alter the data distribution:
+docs/data.md §4.1) with two deliberate changes that do not alter the data distribution:
 
 * Seeded and reproducible: work is cut into fixed chunks of accepted samples, chunk `i` is
   drawn from its own `random.Random` seeded by `(seed, i)`, and chunks are merged in

@@ -1,7 +1,7 @@
 """Pathfinder / Path-X generator writing the LRA release layout.
 
 Reimplements the Linsley/Kim "snakes2" generator with LRA's per-resolution parameters
-(`lra_data.md` §7): each image holds two dashed target curves that start `seed_distance`
+(docs/data.md §4.2): each image holds two dashed target curves that start `seed_distance`
 apart, some short distractor curves, and two discs; the label says whether both discs sit on
 the ends of the same curve. Output, as in the release::
 
@@ -34,8 +34,8 @@ per image is the load-independent figure:
 | 32 (Pathfinder) | 2000 | 100 | 7 | ≈ 1.5 min |
 | 128 (Path-X) | 300 | 11 | 53 | ≈ 11 min |
 
-For comparison, the naive port (full-frame dilation per dash) needs ≈ 3 s per Path-X image
-(`lra_data.md` §7.4), and our first version with local windows but one attempt at a time
+For comparison, the naive port (full-frame dilation per dash) needs ≈ 3 s per Path-X image,
+and our first version with local windows but one attempt at a time
 ≈ 0.6 s: batching the ~300 restarts per Path-X image is what makes 200k images practical.
 """
 
@@ -51,7 +51,7 @@ from PIL import Image
 
 from lra.data.generators.pathfinder_snakes import Sample, SnakeParams, TargetSampler, render
 
-# LRA's parameters per resolution (`lra_data.md` §7.1); contour_length is set per difficulty.
+# LRA's parameters per resolution (docs/data.md §4.2); contour_length is set per difficulty.
 RESOLUTIONS: dict[int, SnakeParams] = {
     32: SnakeParams(window=32, padding=1, antialias=2, margins=(1,), seed_distance=7,
                     marker_radius=1.5, paddle_length=2, paddle_thickness=0.5, continuity=1.0,

@@ -5,7 +5,7 @@ here touches a whole frame. Stamps depend only on a handful of scalars and an an
 from a finite set (integer degrees for seeds, integer pixel offsets on a circle for
 extensions), so they are built once per process with `functools.lru_cache`.
 
-Conventions (as in `lra_data.md` §7.2): points are `(row, col)`, `u(θ) = (sin θ, cos θ)`,
+Conventions (docs/data.md §4.2): points are `(row, col)`, `u(θ) = (sin θ, cos θ)`,
 "translate" adds `d·u(θ)` and rounds each coordinate up. Antialiasing draws at `aa`× scale
 with Pillow and downsamples with Lanczos into uint8, which also clips to [0, 1] like the
 original's `scipy.misc.imresize`.

@@ -1,4 +1,4 @@
-"""Vectorised snake growth: the extension rule of `lra_data.md` §7.3 step 5 for many masks.
+"""Vectorised snake growth: the extension rule (docs/data.md §4.2) for many masks.
 
 The original grows one snake at a time and throws both target snakes away whenever one gets
 stuck: at 128 px a pair reaches full length once in ≈80 (margin 2) to ≈500 (margin 3)

@@ -1,6 +1,6 @@
 """Sampling of one Pathfinder image: two target snakes, distractors and two markers.
 
-Follows the Linsley/Kim "snakes2" procedure as described in `lra_data.md` §7.3:
+Follows the Linsley/Kim "snakes2" procedure (docs/data.md §4.2):
 
 1. Seed two target snakes `seed_distance` apart and grow them alternately, dash by dash,
    for `contour_length` dashes each; if either gets stuck, start both again.
