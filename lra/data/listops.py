@@ -2,7 +2,7 @@
 
 Each file has the header `Source<TAB>Target` and one row per example: a fully
 parenthesised expression such as `( ( [MAX 2 ) 9 ) ] )` and its value 0-9.
-Tokenisation follows LRA after its bracket fix (issue #6): parentheses carry no
+Tokenisation follows LRA after its bracket fix (LRA issue #6): parentheses carry no
 information and are dropped, the closing bracket `]` is kept as a token.
 """
 
