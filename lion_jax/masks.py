@@ -25,12 +25,11 @@ import enum
 
 import jax.numpy as jnp
 
+from lion_jax.options import CHOICES, check_choice
 
-class Convention(str, enum.Enum):
-  """Which λ multiplies which mask entry (spec §1.3)."""
-
-  SYMMETRIC = "symmetric"
-  CODE = "code"
+# Which λ multiplies which mask entry (module docstring): Convention.SYMMETRIC, Convention.CODE.
+Convention = enum.Enum("Convention", [(name.upper(), name) for name in CHOICES["convention"]],
+                       type=str, module=__name__)
 
 
 def shift_right(x: jnp.ndarray, axis: int = 1) -> jnp.ndarray:
@@ -60,7 +59,7 @@ def forward_gate(log_decay: jnp.ndarray, convention: str | Convention, axis: int
   Returns:
     f with the shape of `log_decay`: a itself ("symmetric") or a shifted right by one ("code").
   """
-  convention = Convention(convention)
+  convention = Convention(check_choice("convention", convention))
   return log_decay if convention is Convention.SYMMETRIC else shift_right(log_decay, axis)
 
 

@@ -26,6 +26,7 @@ from flax import nnx
 from lion_jax import decay as decay_lib
 from lion_jax.attention import lion_attention
 from lion_jax.config import ModelConfig
+from lion_jax.options import describe
 
 
 def feature_map(x, name: str):
@@ -51,8 +52,7 @@ def feature_map(x, name: str):
     return jax.nn.relu(x)
   if name == "identity":
     return x
-  raise ValueError(f"feature_map={name!r} is not one of 'silu_norm', 'elu1', 'sigmoid', 'relu', "
-                   "'identity'.")
+  raise ValueError(f"feature_map={name!r} is not one of {describe('feature_map')}.")
 
 
 class LionMixer(nnx.Module):

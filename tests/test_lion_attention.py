@@ -376,17 +376,62 @@ def test_auto_picks_attention_for_one_chunk_and_chunk_scan_beyond():
   assert resolve_form("rnn", 10_000, 64).value == "rnn"
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(log_decay=np.zeros((3, 3), np.float32)), "log_decay has shape"),
-    (dict(form="flash"), "form='flash' is not one of"),
-    (dict(normalize="sometimes"), "normalize='sometimes'"),
-    (dict(convention="mirror"), "mirror"),
-    (dict(key_mask=np.ones((2, 5), bool)), "key_mask has shape"),
-])
-def test_bad_arguments_say_what_is_expected(kwargs, message):
-  q, k, v, _, _ = (None if x is None else np.float32(x) for x in make_inputs(7, "lit"))
-  with pytest.raises(ValueError, match=message):
-    lion_attention(q, k, v, **kwargs)
+FORMS_LISTED = "'auto', 'attention', 'rnn', 'scan', 'chunk', 'chunk_scan'"
+BAD_ARGUMENTS = [  # (changed arguments, exception, message); the inputs are B, L, H, K, V = 2, 7, 2, 3, 4
+    (dict(form="flash"), ValueError, f"form='flash' is not one of {FORMS_LISTED}"),
+    (dict(form=None), TypeError, f"form must be a string, one of {FORMS_LISTED}; got NoneType"),
+    (dict(convention="mirror"), ValueError,
+     "convention='mirror' is not one of 'symmetric', 'code'"),
+    (dict(normalize="sometimes"), ValueError,
+     "normalize='sometimes' is not one of 'after', 'before', 'none'"),
+    (dict(chunk_size=0), ValueError, "chunk_size=0 must be a positive integer"),
+    (dict(chunk_size=-3), ValueError, "chunk_size=-3 must be a positive integer"),
+    (dict(chunk_size=16.0), TypeError, "chunk_size must be a positive integer; got float 16.0"),
+    (dict(eps=-1e-6), ValueError, "eps=-1e-06 must be a finite number >= 0"),
+    (dict(q=np.ones((7, 2, 3), np.float32)), ValueError,
+     r"q must be 4-D \[B, L, H, K\]; got shape \(7, 2, 3\)"),
+    (dict(v=np.ones((2, 7, 2, 4, 1), np.float32)), ValueError,
+     r"v must be 4-D \[B, L, H, V\]; got shape \(2, 7, 2, 4, 1\)"),
+    (dict(k=np.ones((2, 7, 2, 5), np.float32)), ValueError,
+     r"k must have the shape of q, \[B, L, H, K\]=\(2, 7, 2, 3\); got \(2, 7, 2, 5\)"),
+    (dict(v=np.ones((2, 6, 2, 4), np.float32)), ValueError,
+     r"v must share \[B, L, H\]=\(2, 7, 2\) with q; got shape \(2, 6, 2, 4\)"),
+    (dict(q=[[[[1.0]]]]), TypeError, "q must be an array; got list"),
+    (dict(k=np.ones((2, 7, 2, 3), np.int32)), TypeError,
+     "k must be floating point .*; got dtype int32"),
+    (dict(log_decay=np.zeros((3, 3), np.float32)), ValueError,
+     r"log_decay has shape \(3, 3\); expected None, \[H\]=\[2\], \[H, V\]=\[2, 4\], "
+     r"\[B, L, H\]=\[2, 7, 2\] or \[B, L, H, V\]=\[2, 7, 2, 4\]"),
+    (dict(log_decay=np.zeros((2, 7, 2), np.int32)), TypeError,
+     "log_decay must be floating point .*; got dtype int32"),
+    (dict(key_mask=np.ones((2, 5), bool)), ValueError,
+     r"key_mask has shape \(2, 5\); expected \[B, L\]=\[2, 7\]"),
+    (dict(key_mask=np.ones((2, 7), np.float32)), TypeError,
+     "key_mask must be bool .*; got dtype float32"),
+]
+
+
+@pytest.mark.parametrize("changes, error, message", BAD_ARGUMENTS,
+                         ids=[next(iter(c)) + "-" + e.__name__ for c, e, _ in BAD_ARGUMENTS])
+def test_bad_arguments_name_the_argument_and_what_it_accepts(changes, error, message):
+  q, k, v, _, _ = (np.float32(x) for x in make_inputs(7, "lit"))
+  arguments = dict(q=q, k=k, v=v) | changes
+  with pytest.raises(error, match=message):
+    lion_attention(**arguments)
+
+
+def test_the_valid_arguments_of_the_bad_argument_table_run():
+  """Positive control for the table above: with none of its changes, the same call succeeds."""
+  q, k, v, log_decay, key_mask = make_inputs(7, "selective")
+  f32 = lambda x: np.asarray(x, np.float32)
+  out = lion_attention(f32(q), f32(k), f32(v), f32(log_decay), form="chunk", convention="code",
+                       normalize="before", chunk_size=3, eps=0.0, key_mask=key_mask)
+  assert out.shape == (2, 7, 2, 4) and np.all(np.isfinite(out))
+
+
+def test_masks_reject_an_unknown_convention_listing_the_valid_ones():
+  with pytest.raises(ValueError, match="convention='mirror' is not one of 'symmetric', 'code'"):
+    lion_mask(jnp.zeros(5), "mirror")
 
 
 def test_reference_expands_every_decay_shape_like_the_docs_say():
