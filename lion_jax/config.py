@@ -91,7 +91,8 @@ class ModelConfig:
   chunk_size: int = 64
   # jax.checkpoint each block (long sequences: recompute activations in the backward pass).
   remat: bool = False
-  # Compute dtype of the dense layers, embeddings and residual stream ("bfloat16" is a GPU option).
+  # Compute dtype of the dense layers, embeddings and residual stream ("bfloat16" is a GPU option;
+  # "float64" needs jax_enable_x64 and serves gradient checks by finite differences).
   # Parameters, decays, normalisers and states (inside lion_attention), BatchNorm statistics,
   # pooling and the classification head stay float32.
   dtype: str = "float32"

@@ -115,7 +115,8 @@ class LionMixer(nnx.Module):
       logits = self.decay_gate(x).reshape(batch, length, config.num_heads, self.groups)  # [B, L, H, G]
       # The gate is a plain parameter in the graph: gradients reach W (unlike the official
       # image code, which detaches it; spec §1.2).
-      out = decay_lib.selective_log_decay(base, logits.astype(jnp.float32), config.selective_mode)
+      logits = logits.astype(jnp.promote_types(logits.dtype, jnp.float32))  # bf16 -> f32, f64 stays
+      out = decay_lib.selective_log_decay(base, logits, config.selective_mode)
     else:
       out = base
     return out[..., 0] if self.groups == 1 else out

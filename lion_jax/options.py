@@ -25,7 +25,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "normalize": ("after", "before", "none"),
     "convention": ("symmetric", "code"),
     "form": ("auto", "attention", "rnn", "scan", "chunk", "chunk_scan"),
-    "dtype": ("float32", "bfloat16"),
+    "dtype": ("float32", "bfloat16", "float64"),
 }
 
 

@@ -455,7 +455,7 @@ def test_pathfinder_missing_prints_the_generate_command(tmp_path):
 def write_tfds(root: Path, name: str, version: str, config: str | None, features: dict,
                splits: dict[str, list[dict]]) -> None:
   """Prepares a tiny TFDS dataset in array_record format (works without TensorFlow)."""
-  tfds = pytest.importorskip("tensorflow_datasets")
+  import tensorflow_datasets as tfds  # a required dependency (imported late: it is slow to load)
 
   class Builder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
     VERSION = tfds.core.Version(version)
@@ -477,7 +477,7 @@ def write_tfds(root: Path, name: str, version: str, config: str | None, features
 
 
 def test_text_from_a_prepared_tfds_folder(tmp_path):
-  tfds = pytest.importorskip("tensorflow_datasets")
+  import tensorflow_datasets as tfds
   reviews = {s: [{"text": f"{s} review {i} caf\u00e9", "label": i % 2} for i in range(3)]
              for s in ("train", "test")}
   features = {"text": tfds.features.Text(), "label": tfds.features.ClassLabel(names=["neg", "pos"])}
@@ -490,7 +490,7 @@ def test_text_from_a_prepared_tfds_folder(tmp_path):
 
 
 def test_image_from_a_prepared_tfds_folder(tmp_path):
-  tfds = pytest.importorskip("tensorflow_datasets")
+  import tensorflow_datasets as tfds
   # The real cifar10 stores PNG-encoded `Image` features, which need TF to *prepare*;
   # a raw uint8 tensor reads back identically through the data source.
   hwc = np.zeros((20, 32, 32, 3), np.uint8)

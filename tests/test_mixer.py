@@ -222,16 +222,25 @@ def test_padding_content_and_amount_do_not_change_real_outputs():
     np.testing.assert_allclose(long[:, :13], short, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("name", ["silu_norm", "elu1", "sigmoid", "relu", "identity"])
-def test_feature_maps(name):
+def _feature_map_definition(x, name):
+  """φ in float64 NumPy, written from the formulas in the feature_map docstring."""
+  sigmoid = 1.0 / (1.0 + np.exp(-x))
+  if name == "silu_norm":
+    y = x * sigmoid + 0.5
+    return y / np.sqrt((y * y).sum(axis=-1, keepdims=True))
+  return {"elu1": np.where(x > 0, x + 1.0, np.exp(x)), "sigmoid": sigmoid,
+          "relu": np.maximum(x, 0.0), "identity": x}[name]
+
+
+@pytest.mark.parametrize("name", CHOICES["feature_map"])
+def test_feature_maps_follow_their_formulas(name):
   x = 3.0 * jax.random.normal(jax.random.key(0), (4, 8))
   y = np.asarray(feature_map(x, name))
-  assert y.shape == (4, 8) and np.all(np.isfinite(y))
-  if name == "silu_norm":
-    np.testing.assert_allclose(np.linalg.norm(y, axis=-1), 1.0, rtol=1e-6)
+  np.testing.assert_allclose(y, _feature_map_definition(np.asarray(x, np.float64), name),
+                             rtol=1e-6, atol=1e-7)
+  if name == "silu_norm":  # positive and unit-norm, so every q·k lies in (0, 1]
     assert y.min() > 0.0
-  if name != "identity":
-    assert y.min() >= 0.0
+    np.testing.assert_allclose(np.linalg.norm(y, axis=-1), 1.0, rtol=1e-6)
   out = nnx.jit(lambda m, x, mask: m(x, mask))(LionMixer(small(feature_map=name), rngs=nnx.Rngs(0)),
                                               *mixer_inputs())
   assert np.all(np.isfinite(np.asarray(out)))
