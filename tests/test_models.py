@@ -9,8 +9,8 @@ import optax
 import pytest
 from flax import nnx
 
+from bench import param_counts
 from lion_jax import LionEncoder, LraClassifier, count_params, masked_mean, preset
-from lion_jax import param_counts
 
 FORMS = ("attention", "rnn", "scan", "chunk", "chunk_scan")
 # (num_classes, vocab_size, dual_input) per task, as in lra/data.
@@ -194,7 +194,7 @@ def test_parameter_counts():
   expected = 16 * m + layers * layer + m * 10 + 10  # embedding, blocks, head
   io = param_counts.TASK_IO["listops"]
   assert param_counts.lion_param_count(config, io) == expected == 795_914
-  assert param_counts.s5_param_count(config, io) == 188_490  # hand-checked from spec §7
+  assert param_counts.s5_param_count(config, io) == 188_490  # hand-checked from S5's layers
   model = build("listops")
   assert count_params(model) == param_counts.lion_param_count(model.config, io)
 
