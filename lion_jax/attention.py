@@ -18,7 +18,6 @@ Shapes follow the legend in `lion_jax.masks`.
 
 from __future__ import annotations
 
-import enum
 import numbers
 
 import jax
@@ -27,17 +26,13 @@ import jax.numpy as jnp
 from lion_jax import chunkwise
 from lion_jax import masks
 from lion_jax import recurrent
-from lion_jax.options import CHOICES, check_choice
+from lion_jax.options import check_choice, str_enum
 
-
-# How `lion_attention` evaluates the same output (module docstring): LionForm.AUTO, .ATTENTION, ...
-LionForm = enum.Enum("LionForm", [(name.upper(), name) for name in CHOICES["form"]], type=str,
-                     module=__name__)
-# Where the row normalisation sits (Table 6 ablations [4] and [5]):
-#   AFTER   Scale(QKᵀ ⊙ M) V, LION;  BEFORE  (Scale(QKᵀ) ⊙ M) V, the normaliser ignores the decays;
-#   NONE    (QKᵀ ⊙ M) V.
-Normalize = enum.Enum("Normalize", [(name.upper(), name) for name in CHOICES["normalize"]],
-                      type=str, module=__name__)
+LionForm = str_enum("LionForm", "form", __name__,
+                    "How `lion_attention` evaluates the same output (module docstring).")
+Normalize = str_enum("Normalize", "normalize", __name__, """Where the row normalisation sits
+(Table 6 ablations [4] and [5]): AFTER Scale(QKᵀ ⊙ M) V (LION); BEFORE (Scale(QKᵀ) ⊙ M) V, the
+normaliser ignores the decays; NONE (QKᵀ ⊙ M) V.""")
 
 
 def resolve_form(form: str | LionForm, length: int, chunk_size: int) -> LionForm:

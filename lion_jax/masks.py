@@ -21,15 +21,12 @@ same recurrence on the flipped sequence with the gate shift_right(flip(a)).
 
 from __future__ import annotations
 
-import enum
-
 import jax.numpy as jnp
 
-from lion_jax.options import CHOICES, check_choice
+from lion_jax.options import check_choice, str_enum
 
-# Which λ multiplies which mask entry (module docstring): Convention.SYMMETRIC, Convention.CODE.
-Convention = enum.Enum("Convention", [(name.upper(), name) for name in CHOICES["convention"]],
-                       type=str, module=__name__)
+Convention = str_enum("Convention", "convention", __name__,
+                      "Which λ multiplies which mask entry (module docstring).")
 
 
 def shift_right(x: jnp.ndarray, axis: int = 1) -> jnp.ndarray:

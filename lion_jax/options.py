@@ -8,6 +8,8 @@ added here once (and implemented where it is used); every error message then lis
 
 from __future__ import annotations
 
+import enum
+
 # Allowed values of every string option (the first one is `ModelConfig`'s default unless the field
 # says otherwise). Keys are the `ModelConfig` field names, which are also the argument names.
 CHOICES: dict[str, tuple[str, ...]] = {
@@ -56,3 +58,18 @@ def check_choice(option: str, value, *, where: str = "") -> str:
   if value not in CHOICES[option]:
     raise ValueError(f"{where}{option}={value!r} is not one of {describe(option)}.")
   return value
+
+
+def str_enum(class_name: str, option: str, module: str, doc: str) -> type[enum.Enum]:
+  """A str enum of the values of `option`: member `NAME` has value "name" (e.g. LionForm.CHUNK_SCAN
+  == "chunk_scan"), so callers may pass members or plain strings.
+
+  Args:
+    class_name: the enum's name; module: its module (`__name__`), for pickling and reprs.
+    option: a key of `CHOICES`.
+    doc: the enum's docstring.
+  """
+  kind = enum.Enum(class_name, [(value.upper(), value) for value in CHOICES[option]], type=str,
+                   module=module)
+  kind.__doc__ = doc
+  return kind
