@@ -6,8 +6,9 @@ r"""Trains or evaluates LION on a Long Range Arena task.
 
 Rerunning a train command resumes from the workdir's latest checkpoint. In eval mode the
 config defaults to the run's own `config.json` (`configs/workdir.py`). Multi-host runs call
-`jax.distributed.initialize()` when a cluster environment is set. The work happens in
-`lra.train`; this file only parses flags.
+`jax.distributed.initialize()` when a cluster environment is set. A training run that raises
+leaves `failed.json` (the exception's type and message; `lra.run_records`) in its workdir. The
+work happens in `lra.train`; this file only parses flags.
 """
 
 import json
@@ -19,6 +20,7 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 import lion_jax  # noqa: F401  (first: sets lion-jax's XLA:CPU flags before JAX starts a backend)
+from lra import run_records
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("workdir", None, "Run folder: checkpoints, metrics, results.", required=True)
@@ -80,6 +82,17 @@ def main(argv):
         f"peak memory {peak / 2**20:.1f} MiB")
 
 
+def run_recording_failures(argv: list[str]) -> None:
+  """`app.run(main)`; when training raises, first leaves a failure record (type and message of
+  the exception, `lra.run_records`) in the workdir, so a sweep learns why the run stopped."""
+  try:
+    app.run(main, argv)
+  except Exception as error:
+    workdir = _flag_value(argv, "workdir")
+    if workdir and _flag_value(argv, "mode") in (None, "train"):
+      run_records.write_failure(workdir, error)
+    raise
+
+
 if __name__ == "__main__":
-  sys.argv = _default_eval_config(sys.argv)
-  app.run(main)
+  run_recording_failures(_default_eval_config(sys.argv))

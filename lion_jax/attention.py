@@ -18,7 +18,7 @@ Shapes follow the legend in `lion_jax.masks`.
 
 from __future__ import annotations
 
-import enum
+import numbers
 
 import jax
 import jax.numpy as jnp
@@ -26,30 +26,22 @@ import jax.numpy as jnp
 from lion_jax import chunkwise
 from lion_jax import masks
 from lion_jax import recurrent
+from lion_jax.options import check_choice, str_enum
 
-
-class LionForm(str, enum.Enum):
-  """How `lion_attention` evaluates the same mathematical output."""
-
-  AUTO = "auto"
-  ATTENTION = "attention"
-  RNN = "rnn"
-  SCAN = "scan"
-  CHUNK = "chunk"
-  CHUNK_SCAN = "chunk_scan"
-
-
-class Normalize(str, enum.Enum):
-  """Where the row normalisation sits (paper App. C.2–C.3, Table 6 ablations [4] and [5])."""
-
-  AFTER = "after"  # Scale(QKᵀ ⊙ M) V: LION
-  BEFORE = "before"  # (Scale(QKᵀ) ⊙ M) V: the normaliser ignores the decays
-  NONE = "none"  # (QKᵀ ⊙ M) V
+LionForm = str_enum("LionForm", "form", __name__,
+                    "How `lion_attention` evaluates the same output (module docstring).")
+Normalize = str_enum("Normalize", "normalize", __name__, """Where the row normalisation sits
+(paper App. C.2–C.3, Table 6 ablations [4] and [5]): AFTER Scale(QKᵀ ⊙ M) V (LION); BEFORE (Scale(QKᵀ) ⊙ M) V, the
+normaliser ignores the decays; NONE (QKᵀ ⊙ M) V.""")
 
 
 def resolve_form(form: str | LionForm, length: int, chunk_size: int) -> LionForm:
-  """Turns "auto" into a concrete form (rule in the module docstring)."""
-  form = _parse_enum(LionForm, form, "form")
+  """Turns "auto" into a concrete form (rule in the module docstring).
+
+  Raises:
+    ValueError or TypeError: `form` is not one of the forms (the message lists them).
+  """
+  form = LionForm(check_choice("form", form))
   if form is LionForm.AUTO:
     return LionForm.ATTENTION if length <= chunk_size else LionForm.CHUNK_SCAN
   return form
@@ -111,23 +103,26 @@ def lion_attention(q, k, v, log_decay=None, *, form: str | LionForm = "auto",
   Returns:
     [B, L, H, V] outputs in the dtype of `v`. Decays, cumulative sums, normalisers and states
     are computed in at least float32, also for bfloat16 inputs.
+
+  Raises:
+    ValueError: a shape that does not fit the others (q, k, v, log_decay, key_mask), an option
+      string that is not one of its values, chunk_size < 1 or eps < 0; the message names the
+      argument and what it accepts.
+    TypeError: an array of the wrong kind (q, k, v or log_decay not floating point, key_mask not
+      bool), a non-string option, or a chunk_size that is not an integer.
   """
+  _check_arrays(q, k, v, log_decay, key_mask)
   batch, length, heads, _ = q.shape
   value_dim = v.shape[-1]
-  if k.shape != q.shape or v.shape[:3] != q.shape[:3]:
-    raise ValueError(f"q {q.shape}, k {k.shape} and v {v.shape} must share [B, L, H], "
-                     "and q and k must have the same shape.")
-  normalize = _parse_enum(Normalize, normalize, "normalize")
+  normalize = Normalize(check_choice("normalize", normalize))
+  check_choice("convention", convention)
+  _check_numbers(chunk_size, eps)
   form = resolve_form(form, length, chunk_size)
-  masks.Convention(convention)  # validates early, with the accepted values in the message
 
   out_dtype = v.dtype
   dtype = jnp.promote_types(jnp.promote_types(q.dtype, v.dtype), jnp.float32)
   q, k, v = (x.astype(dtype) for x in (q, k, v))
   if key_mask is not None:
-    if tuple(key_mask.shape) != (batch, length):
-      raise ValueError(f"key_mask has shape {tuple(key_mask.shape)}; expected [B, L]=[{batch}, "
-                       f"{length}].")
     k = k * key_mask[:, :, None, None].astype(dtype)
   log_decay = per_token_log_decay(log_decay, batch, length, heads, value_dim, dtype)
 
@@ -143,6 +138,46 @@ def lion_attention(q, k, v, log_decay=None, *, form: str | LionForm = "auto",
     denominator = jnp.einsum("blhk,bhk->blh", q, k.sum(axis=1))[..., None]
   out = numerator if normalize is Normalize.NONE else numerator / (denominator + eps)
   return out.astype(out_dtype)
+
+
+def _check_arrays(q, k, v, log_decay, key_mask):
+  """Raises a ValueError or TypeError naming the argument when an input has the wrong rank,
+  shape or dtype (the log_decay shape is checked by `per_token_log_decay`)."""
+  arrays = {"q": q, "k": k, "v": v, "log_decay": log_decay, "key_mask": key_mask}
+  for name, x in arrays.items():
+    if x is not None and not (hasattr(x, "shape") and hasattr(x, "dtype")):
+      raise TypeError(f"{name} must be an array; got {type(x).__name__}.")
+  for name, layout in (("q", "[B, L, H, K]"), ("k", "[B, L, H, K]"), ("v", "[B, L, H, V]")):
+    if len(arrays[name].shape) != 4:
+      raise ValueError(f"{name} must be 4-D {layout}; got shape {tuple(arrays[name].shape)}.")
+  if k.shape != q.shape:
+    raise ValueError(f"k must have the shape of q, [B, L, H, K]={tuple(q.shape)}; got "
+                     f"{tuple(k.shape)}.")
+  if v.shape[:3] != q.shape[:3]:
+    raise ValueError(f"v must share [B, L, H]={tuple(q.shape[:3])} with q; got shape "
+                     f"{tuple(v.shape)}.")
+  for name in ("q", "k", "v", "log_decay"):
+    x = arrays[name]
+    if x is not None and not jnp.issubdtype(x.dtype, jnp.floating):
+      raise TypeError(f"{name} must be floating point (float32, bfloat16, float64, ...); got "
+                      f"dtype {x.dtype}.")
+  if key_mask is not None:
+    if tuple(key_mask.shape) != tuple(q.shape[:2]):
+      raise ValueError(f"key_mask has shape {tuple(key_mask.shape)}; expected [B, L]="
+                       f"{list(q.shape[:2])}.")
+    if key_mask.dtype != jnp.bool_:
+      raise TypeError(f"key_mask must be bool (False at padding keys); got dtype {key_mask.dtype}.")
+
+
+def _check_numbers(chunk_size, eps):
+  """Raises when chunk_size is not a positive integer or eps is a negative or non-finite number."""
+  if isinstance(chunk_size, bool) or not isinstance(chunk_size, numbers.Integral):
+    raise TypeError(f"chunk_size must be a positive integer; got {type(chunk_size).__name__} "
+                    f"{chunk_size!r}.")
+  if chunk_size < 1:
+    raise ValueError(f"chunk_size={chunk_size} must be a positive integer (the chunk length C).")
+  if isinstance(eps, numbers.Real) and not 0.0 <= eps < float("inf"):  # traced eps: unchecked
+    raise ValueError(f"eps={eps!r} must be a finite number >= 0.")
 
 
 def _recurrent(kernel, q, k, v, log_decay, convention, normalize):
@@ -280,11 +315,3 @@ def _chunked_queries(q, k, v, log_decay, convention, normalize, chunk_size):
   num, den = jax.vmap(one_query_chunk)(jnp.arange(num_chunks))  # [N, B, C, H, ...]
   unchunk = lambda x: jnp.moveaxis(x, 0, 1).reshape(batch, num_chunks * chunk, heads, -1)[:, :length]
   return unchunk(num), (None if den is None else unchunk(den))
-
-
-def _parse_enum(kind, value, name):
-  try:
-    return kind(value)
-  except ValueError:
-    choices = ", ".join(repr(member.value) for member in kind)
-    raise ValueError(f"{name}={value!r} is not one of {choices}.") from None

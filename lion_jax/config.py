@@ -18,31 +18,14 @@ import dataclasses
 
 import jax.numpy as jnp
 
-# Allowed values of every string field (the first one is the default unless the field says otherwise).
-CHOICES: dict[str, tuple[str, ...]] = {
-    "block": ("s5", "transformer"),
-    "norm": ("batch", "layer"),
-    "activation": ("half_glu1", "half_glu2", "full_glu", "gelu"),
-    "encoder": ("embed", "dense"),
-    "feature_map": ("silu_norm", "elu1", "sigmoid", "relu", "identity"),
-    "decay": ("lit", "fixed", "selective"),
-    "decay_shape": ("scalar", "vector"),
-    "decay_param": ("neg_exp", "sigmoid"),
-    "selective_mode": ("sigmoid_dt", "log_additive", "paper_literal", "softplus"),
-    "decay_init": ("hippo", "s4d_real", "random"),
-    "v_init": ("zoh_diag", "zoh_lecun", "lecun"),
-    "normalize": ("after", "before", "none"),
-    "convention": ("symmetric", "code"),
-    "form": ("auto", "attention", "rnn", "scan", "chunk", "chunk_scan"),
-    "dtype": ("float32", "bfloat16"),
-}
+from lion_jax.options import CHOICES, check_choice
 
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
   """Everything that defines a LION LRA model (not the data, optimiser or schedule).
 
-  Attributes are documented inline; `CHOICES` lists the allowed strings.
+  Attributes are documented inline; `lion_jax.options.CHOICES` lists the allowed strings.
   """
 
   # Width H of the residual stream, number of residual blocks and of LION heads (d_head = H / heads).
@@ -110,16 +93,15 @@ class ModelConfig:
   chunk_size: int = 64
   # jax.checkpoint each block (long sequences: recompute activations in the backward pass).
   remat: bool = False
-  # Compute dtype of the dense layers, embeddings and residual stream ("bfloat16" is a GPU option).
+  # Compute dtype of the dense layers, embeddings and residual stream ("bfloat16" is a GPU option;
+  # "float64" needs jax_enable_x64 and serves gradient checks by finite differences).
   # Parameters, decays, normalisers and states (inside lion_attention), BatchNorm statistics,
   # pooling and the classification head stay float32.
   dtype: str = "float32"
 
   def __post_init__(self):
-    for name, allowed in CHOICES.items():
-      value = getattr(self, name)
-      if value not in allowed:
-        raise ValueError(f"ModelConfig.{name}={value!r} is not one of {', '.join(map(repr, allowed))}.")
+    for name in CHOICES:
+      check_choice(name, getattr(self, name), where="ModelConfig.")
     for name in ("d_model", "num_layers", "num_heads", "mlp_ratio", "chunk_size"):
       if int(getattr(self, name)) < 1:
         raise ValueError(f"ModelConfig.{name}={getattr(self, name)!r} must be a positive integer.")

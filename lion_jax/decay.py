@@ -33,6 +33,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from lion_jax.options import describe
+
 HIPPO_REAL = -0.5  # Re Λ of the diagonalised HiPPO-LegS normal part (S5, DSS)
 DEFAULT_SELECTIVE_BIAS = {"sigmoid_dt": 0.0, "log_additive": 8.0, "paper_literal": 0.0,
                           "softplus": 0.0}
@@ -78,7 +80,7 @@ def init_log_decay(key, heads: int, groups: int, init: str, dt_min: float, dt_ma
       index = jnp.arange(groups) if groups > 1 else jnp.arange(heads)[:, None]
       real = -(jnp.broadcast_to(index, shape) + 1.0).astype(jnp.float32)
     else:
-      raise ValueError(f"decay_init={init!r} is not one of 'hippo', 's4d_real', 'random'.")
+      raise ValueError(f"decay_init={init!r} is not one of {describe('decay_init')}.")
     log_lambda = real * dt
   gain = jnp.expm1(log_lambda) / real  # (λ − 1)/Λ, computed without cancellation
   return log_lambda, gain
@@ -98,7 +100,7 @@ def to_param(log_lambda, decay_param: str):
     return jnp.log(-log_lambda)
   if decay_param == "sigmoid":
     return log_lambda - jnp.log(-jnp.expm1(log_lambda))  # logit(λ) = log λ − log(1 − λ)
-  raise ValueError(f"decay_param={decay_param!r} is not one of 'neg_exp', 'sigmoid'.")
+  raise ValueError(f"decay_param={decay_param!r} is not one of {describe('decay_param')}.")
 
 
 def base_log_decay(param, decay_param: str):
@@ -115,7 +117,7 @@ def base_log_decay(param, decay_param: str):
     return -jnp.exp(param)
   if decay_param == "sigmoid":
     return jax.nn.log_sigmoid(param)
-  raise ValueError(f"decay_param={decay_param!r} is not one of 'neg_exp', 'sigmoid'.")
+  raise ValueError(f"decay_param={decay_param!r} is not one of {describe('decay_param')}.")
 
 
 def selective_log_decay(base, gate_logits, mode: str):
@@ -138,4 +140,4 @@ def selective_log_decay(base, gate_logits, mode: str):
     return jnp.minimum(jax.nn.sigmoid(gate_logits) + base, 0.0)
   if mode == "softplus":
     return base + jax.nn.softplus(gate_logits)
-  raise ValueError(f"selective_mode={mode!r} is not one of {', '.join(map(repr, DEFAULT_SELECTIVE_BIAS))}.")
+  raise ValueError(f"selective_mode={mode!r} is not one of {describe('selective_mode')}.")

@@ -21,16 +21,12 @@ same recurrence on the flipped sequence with the gate shift_right(flip(a)).
 
 from __future__ import annotations
 
-import enum
-
 import jax.numpy as jnp
 
+from lion_jax.options import check_choice, str_enum
 
-class Convention(str, enum.Enum):
-  """Which λ multiplies which mask entry (docs/math.md §1.1)."""
-
-  SYMMETRIC = "symmetric"
-  CODE = "code"
+Convention = str_enum("Convention", "convention", __name__,
+                      "Which λ multiplies which mask entry (docs/math.md §1.1).")
 
 
 def shift_right(x: jnp.ndarray, axis: int = 1) -> jnp.ndarray:
@@ -60,7 +56,7 @@ def forward_gate(log_decay: jnp.ndarray, convention: str | Convention, axis: int
   Returns:
     f with the shape of `log_decay`: a itself ("symmetric") or a shifted right by one ("code").
   """
-  convention = Convention(convention)
+  convention = Convention(check_choice("convention", convention))
   return log_decay if convention is Convention.SYMMETRIC else shift_right(log_decay, axis)
 
 

@@ -26,6 +26,7 @@ from flax import nnx
 from lion_jax import decay as decay_lib
 from lion_jax.attention import lion_attention
 from lion_jax.config import ModelConfig
+from lion_jax.options import describe
 
 
 def feature_map(x, name: str):
@@ -51,8 +52,7 @@ def feature_map(x, name: str):
     return jax.nn.relu(x)
   if name == "identity":
     return x
-  raise ValueError(f"feature_map={name!r} is not one of 'silu_norm', 'elu1', 'sigmoid', 'relu', "
-                   "'identity'.")
+  raise ValueError(f"feature_map={name!r} is not one of {describe('feature_map')}.")
 
 
 class LionMixer(nnx.Module):
@@ -115,7 +115,8 @@ class LionMixer(nnx.Module):
       logits = self.decay_gate(x).reshape(batch, length, config.num_heads, self.groups)  # [B, L, H, G]
       # The gate is a plain parameter in the graph: gradients reach W (unlike the official
       # image code, which detaches it; docs/math.md §5).
-      out = decay_lib.selective_log_decay(base, logits.astype(jnp.float32), config.selective_mode)
+      logits = logits.astype(jnp.promote_types(logits.dtype, jnp.float32))  # bf16 -> f32, f64 stays
+      out = decay_lib.selective_log_decay(base, logits, config.selective_mode)
     else:
       out = base
     return out[..., 0] if self.groups == 1 else out

@@ -1,26 +1,25 @@
-"""Run metrics: `metrics.jsonl`, TensorBoard event files (no TensorFlow) and `curves.png`.
+"""Run metrics: `metrics.jsonl`, TensorBoard event files (tensorboardX, no TensorFlow) and `curves.png`.
 
 Steps return *sums* plus a denominator (`count`, the number of real examples), so
 padded evaluation batches and uneven last batches average correctly; `averages` turns
 a sum dict into the logged means. One JSON line is written per log step with
 `train_` / `eval_` / `test_` prefixes.
 
-The TensorBoard writer emits the TFRecord framing (length, masked CRC-32C, payload,
-masked CRC-32C) around hand-encoded `Event{wall_time, step, summary{value{tag,
-simple_value}}}` protobufs, which is all TensorBoard needs for scalars.
+Every process start opens a fresh events file under `tensorboard/` whose first record tells
+TensorBoard to drop what earlier files logged after the step the run resumes from, so resumed
+runs read as one clean run there too.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import socket
-import struct
 import time
 from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
+import tensorboardX
 
 METRICS_FILE = "metrics.jsonl"
 CURVES_FILE = "curves.png"
@@ -44,83 +43,30 @@ def averages(sums: Mapping[str, float], prefix: str) -> dict[str, float]:
   return out
 
 
-# --- CRC-32C (Castagnoli), the checksum of TFRecord framing -----------------------------
-
-def _crc32c_table() -> list[int]:
-  table = []
-  for byte in range(256):
-    crc = byte
-    for _ in range(8):
-      crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
-    table.append(crc)
-  return table
-
-
-_CRC_TABLE = _crc32c_table()
-
-
-def crc32c(data: bytes) -> int:
-  """CRC-32C of `data` (crc32c(b"123456789") == 0xE3069283)."""
-  crc = 0xFFFFFFFF
-  for byte in data:
-    crc = _CRC_TABLE[(crc ^ byte) & 0xFF] ^ (crc >> 8)
-  return crc ^ 0xFFFFFFFF
-
-
-def _masked_crc(data: bytes) -> int:
-  crc = crc32c(data)
-  return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
-
-
-def _varint(value: int) -> bytes:
-  out = bytearray()
-  while True:
-    bits, value = value & 0x7F, value >> 7
-    out.append(bits | (0x80 if value else 0))
-    if not value:
-      return bytes(out)
-
-
-def _field_bytes(number: int, payload: bytes) -> bytes:  # wire type 2: length-delimited
-  return _varint(number << 3 | 2) + _varint(len(payload)) + payload
-
-
-def encode_event(step: int, wall_time: float, scalars: Mapping[str, float] | None = None,
-                 file_version: str | None = None) -> bytes:
-  """Serialises one `tensorflow.Event` protobuf holding scalar summaries."""
-  out = _varint(1 << 3 | 1) + struct.pack("<d", wall_time) + _varint(2 << 3) + _varint(step)
-  if file_version is not None:
-    out += _field_bytes(3, file_version.encode())
-  if scalars:
-    values = b"".join(
-        _field_bytes(1, _field_bytes(1, tag.encode()) + _varint(2 << 3 | 5) + struct.pack("<f", value))
-        for tag, value in scalars.items())
-    out += _field_bytes(5, values)
-  return out
-
-
-def frame_record(data: bytes) -> bytes:
-  """TFRecord framing of one payload."""
-  header = struct.pack("<Q", len(data))
-  return header + struct.pack("<I", _masked_crc(header)) + data + struct.pack("<I", _masked_crc(data))
-
-
 class EventWriter:
-  """Appends scalar summaries to a fresh `events.out.tfevents.*` file in `logdir`."""
+  """Scalar summaries in a fresh `events.out.tfevents.*` file in `logdir`.
 
-  def __init__(self, logdir: str | os.PathLike):
+  Args:
+    logdir: the TensorBoard folder (created if missing).
+    purge_step: TensorBoard discards the events that earlier files hold for steps >= this one
+      (the steps a resumed run recomputes); None keeps them.
+  """
+
+  def __init__(self, logdir: str | os.PathLike, purge_step: int | None = None):
     Path(logdir).mkdir(parents=True, exist_ok=True)
-    # A new file per process start: TensorBoard reads every events file in the folder.
-    name = f"events.out.tfevents.{time.time():.6f}.{socket.gethostname()}.{os.getpid()}"
-    self._file = open(Path(logdir) / name, "ab")
-    self._file.write(frame_record(encode_event(0, time.time(), file_version="brain.Event:2")))
+    # tensorboardX names files by the second and host, and truncates an existing name: the pid
+    # and nanoseconds keep two writers started in the same second apart.
+    suffix = f".{os.getpid()}.{time.time_ns() % 10**9:09d}"
+    self._writer = tensorboardX.SummaryWriter(str(logdir), purge_step=purge_step,
+                                              filename_suffix=suffix)
 
   def scalars(self, step: int, values: Mapping[str, float]) -> None:
-    self._file.write(frame_record(encode_event(step, time.time(), values)))
-    self._file.flush()
+    for tag, value in values.items():
+      self._writer.add_scalar(tag, value, global_step=step)
+    self._writer.flush()  # a killed run keeps everything logged so far
 
   def close(self) -> None:
-    self._file.close()
+    self._writer.close()
 
 
 class MetricWriter:
@@ -142,7 +88,7 @@ class MetricWriter:
       kept = [line for line in self.path.read_text().splitlines()
               if line.strip() and json.loads(line)["step"] <= resume_step]
       self.path.write_text("".join(line + "\n" for line in kept))
-    self._tb = EventWriter(Path(workdir) / "tensorboard")
+    self._tb = EventWriter(Path(workdir) / "tensorboard", purge_step=resume_step + 1)
 
   def write(self, step: int, values: Mapping[str, float]) -> None:
     if not self.enabled:

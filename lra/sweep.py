@@ -11,7 +11,8 @@ in a subprocess whose output goes to `sweep.log` in its workdir. A run is finish
 workdir holds `results.json` and is then skipped; any other run is (re)started with the same
 command, and the trainer resumes it from its latest checkpoint, so a killed sweep continues
 where it stopped. A run that exits with an error (e.g. non-finite loss, which ablation [7] is
-expected to hit) gets `failed.json` and shows as ✗; `--retry-failed` runs it again.
+expected to hit) leaves `failed.json` with the exception's type and message (`lra.run_records`)
+and shows as ✗; `--retry-failed` runs it again.
 
 The tables go to `--out` (default: the sweep's workdir): `results.csv` (one row per run),
 `results.md` (rows = variants, columns = tasks, mean ± sample std over seeds with the paper's
@@ -35,31 +36,13 @@ import sys
 import threading
 import time
 from concurrent import futures
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from configs import ablations, common
+from lra.run_records import (COMMAND_FILE, FAILED_FILE, LOCK_FILE, LOG_FILE, RESULTS_FILE, Run,
+                             read_failure, status)
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS_FILE = "results.json"  # written by lra.train at the end of a run
-FAILED_FILE = "failed.json"
-LOCK_FILE = "sweep.lock"
-LOG_FILE = "sweep.log"
-COMMAND_FILE = "command.txt"
-
-
-@dataclass(frozen=True)
-class Run:
-  """One task × variant × seed and the command that trains it."""
-  task: str
-  variant: str
-  seed: int
-  workdir: Path
-  command: tuple[str, ...] = field(compare=False)
-
-  @property
-  def name(self) -> str:
-    return f"{self.task}/{self.variant}/seed{self.seed}"
 
 
 def expand_variants(spec: str) -> list[str]:
@@ -121,32 +104,6 @@ def plan(tasks: list[str], variants: list[str], seeds: list[int], workdir: str |
   return runs
 
 
-def _pid_alive(pid: int) -> bool:
-  try:
-    os.kill(pid, 0)
-  except ProcessLookupError:
-    return False
-  except PermissionError:
-    return True
-  return True
-
-
-def status(run: Run) -> str:
-  """"done", "failed", "running" (another live sweep holds it), "partial" or "new"."""
-  if (run.workdir / RESULTS_FILE).exists():
-    return "done"
-  if (run.workdir / FAILED_FILE).exists():
-    return "failed"
-  lock = run.workdir / LOCK_FILE
-  if lock.exists():
-    try:
-      if _pid_alive(int(lock.read_text().split()[0])):
-        return "running"
-    except (ValueError, IndexError, OSError):
-      pass
-  return "partial" if (run.workdir / "checkpoints").exists() else "new"
-
-
 try:  # loaded here, not in the forked child, where dlopen could deadlock on a held lock
   _LIBC = ctypes.CDLL("libc.so.6", use_errno=True)
 except OSError:
@@ -172,13 +129,14 @@ def execute(run: Run, stop: threading.Event | None = None) -> str:
       log.flush()
       proc = subprocess.run(run.command, stdout=log, stderr=subprocess.STDOUT, check=False,
                             preexec_fn=_die_with_parent if _LIBC is not None else None)
-    # > 0: the trainer raised. < 0: killed by a signal (the sweep was stopped); it resumes later.
+    # > 0: the trainer raised (run.py wrote its failure record) or exited early. < 0: killed by
+    # a signal (the sweep was stopped); it resumes later.
     if proc.returncode > 0 and not (stop and stop.is_set()):
-      tail = (run.workdir / LOG_FILE).read_text(encoding="utf-8").splitlines()[-30:]
-      errors = [line for line in tail if "Error" in line or "error" in line]
-      (run.workdir / FAILED_FILE).write_text(json.dumps(
-          {"returncode": proc.returncode, "error": errors[-1] if errors else "",
-           "diverged": any("NonFiniteError" in line for line in tail)}, indent=2) + "\n")
+      failure = read_failure(run.workdir) or {
+          "type": None, "message": f"exited with status {proc.returncode} without a failure "
+                                   f"record (e.g. a flag error); see {LOG_FILE}"}
+      (run.workdir / FAILED_FILE).write_text(
+          json.dumps({**failure, "returncode": proc.returncode}, indent=2) + "\n", encoding="utf-8")
   finally:
     lock.unlink(missing_ok=True)
   return status(run)

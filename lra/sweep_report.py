@@ -11,12 +11,9 @@ import csv
 import json
 import statistics
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from configs import ablations
-
-if TYPE_CHECKING:
-  from lra.sweep import Run
+from lra.run_records import RESULTS_FILE, Run, diverged, read_failure, status
 
 CSV_FIELDS = ("task", "variant", "seed", "status", "test_accuracy", "best_val_accuracy",
               "best_step", "total_steps", "num_params", "train_examples_per_sec", "paper",
@@ -25,7 +22,6 @@ CSV_FIELDS = ("task", "variant", "seed", "status", "test_accuracy", "best_val_ac
 
 def collect(runs: list[Run]) -> list[dict]:
   """One record per run: its status and, when finished, its results (accuracies in %)."""
-  from lra.sweep import FAILED_FILE, RESULTS_FILE, status  # pylint: disable=import-outside-toplevel
   records = []
   for run in runs:
     record = {"task": run.task, "variant": run.variant, "seed": run.seed, "status": status(run),
@@ -37,8 +33,9 @@ def collect(runs: list[Run]) -> list[dict]:
       for key in ("test_accuracy", "best_val_accuracy"):
         record[key] = round(100 * results[key], 4)
     elif record["status"] == "failed":
-      failed = json.loads((run.workdir / FAILED_FILE).read_text())
-      record["error"] = "diverged" if failed.get("diverged") else failed.get("error", "")
+      failure = read_failure(run.workdir)
+      record["error"] = ("diverged" if diverged(failure) else
+                         f"{failure['type'] or 'exit'}: {failure['message']}".splitlines()[0])
     records.append(record)
   return records
 

@@ -13,7 +13,7 @@ import pytest
 from configs import ablations, common
 from lra import steps, train
 from lra.data.batching import make_loader
-from tests.test_train_tasks import SHRINK, _fixture_data
+from tests.lra_fixtures import SHRINK, fixture_data
 
 # variant -> {dotted field: value} that must differ from lion_s, and nothing else.
 EXPECTED = {
@@ -114,7 +114,7 @@ def _one_step(task, variant, tmp_path):
     config.generate.update({"listops": dict(num_train=8, num_val=2, num_test=2, min_length=5,
                                             max_length=30), "pathfinder": dict(num=20)}[task])
   else:
-    config.data_dir = str(_fixture_data(task, tmp_path / "data"))
+    config.data_dir = str(fixture_data(task, tmp_path / "data"))
     config.generate = {}
   if config.seq_len:
     config.seq_len = 32

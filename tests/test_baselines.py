@@ -39,10 +39,28 @@ def test_hippo_eigenvalues():
   assert np.all(np.abs(lam.imag) > 0)
 
 
+def _zoh(layer):
+  """Zero-order hold in complex128 from the layer's continuous parameters, written from the
+  formula: Λ̄ = e^{ΛΔ} and B̄ = ∫₀^Δ e^{Λs} ds · B̃ = (Λ̄ − 1)/Λ · B̃ (the layer's `discretize` unused)."""
+  lam = np.asarray(layer.lambda_re[...], np.float64) + 1j * np.asarray(layer.lambda_im[...])
+  step = np.exp(np.asarray(layer.log_step[...], np.float64))
+  b_tilde = np.asarray(layer.b_re[...], np.float64) + 1j * np.asarray(layer.b_im[...])
+  lambda_bar = np.exp(lam * step)
+  return lambda_bar, ((lambda_bar - 1.0) / lam)[:, None] * b_tilde
+
+
+def test_zoh_closed_form_is_the_integral_it_stands_for():
+  """Guards `_zoh` itself: (e^{λΔ} − 1)/λ equals ∫₀^Δ e^{λs} ds by the midpoint rule."""
+  lam, step = -0.5 + 2.0j, 0.07
+  s = (np.arange(10_000) + 0.5) * step / 10_000
+  np.testing.assert_allclose((np.exp(lam * step) - 1.0) / lam, np.exp(lam * s).sum() * step / 10_000,
+                             rtol=1e-8)
+
+
 def test_s5_layer_matches_loop_reference():
   layer = S5Layer(8, ssm_size=8, blocks=2, rngs=nnx.Rngs(0))
   x = jax.random.normal(jax.random.PRNGKey(1), (2, 11, 8))
-  lambda_bar, b_bar = layer.discretize()
+  lambda_bar, b_bar = _zoh(layer)
   bu = np.einsum("blh,ph->blp", np.asarray(x, np.complex128), np.asarray(b_bar, np.complex128))
   states = np.concatenate([_loop_scan(lambda_bar, bu), _loop_scan(lambda_bar, bu, True)], -1)
   c = np.asarray(layer.c_re[...]) + 1j * np.asarray(layer.c_im[...])

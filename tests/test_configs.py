@@ -108,7 +108,7 @@ def test_command_line_override_of_an_unknown_field_names_it():
   argv = argv[:2] + ["--config.learning_rat=0.1"]
   values = flags.FlagValues()
   config_flags.DEFINE_config_file("config", None, flag_values=values, sys_argv=argv)
-  with pytest.raises(Exception, match="learning_rat"):
+  with pytest.raises(AttributeError, match='Did you mean "learning_rate" instead of "learning_rat"'):
     values(argv)
 
 

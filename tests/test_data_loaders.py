@@ -6,20 +6,19 @@ and archive), Pathfinder PNGs (text and real-NPY metadata, a zero-byte PNG), bot
 root layouts, the cache, and the errors for missing and malformed files.
 """
 
-import io
 import json
 import os
 import pickle
-import tarfile
 from pathlib import Path
 
 import numpy as np
 import pytest
-from PIL import Image
 
 from lra import tasks
 from lra.data import MalformedDataError, MissingDataError, image, listops, pathfinder
 from lra.tasks import TASKS, TaskInfo, get_task, load_task
+from tests.lra_fixtures import (KNOWN_GRAY, aan_row, cifar_batch, write_aan, write_cifar,
+                                write_imdb_archive, write_imdb_folder, write_pathfinder)
 
 
 def byte_ids(text: str) -> list[int]:
@@ -134,38 +133,6 @@ def test_nested_release_copy_wins_over_the_stale_top_level_duplicate(tmp_path):
 
 # --------------------------------------------------------------------------- Text (IMDB)
 
-REVIEWS = {  # (split, label dir, file name) -> text
-    ("train", "pos", "0_9.txt"): "  Great film.<br /><br />Loved it \u00e9\u00e9!\n",
-    ("train", "pos", "1_8.txt"): "Fine " * 10,
-    ("train", "neg", "0_2.txt"): "Dull.",
-    ("train", "neg", "1_1.txt"): "Bad \u2013 very bad.",
-    ("test", "pos", "2_10.txt"): "Superb.",
-    ("test", "pos", "3_7.txt"): "Good.",
-    ("test", "neg", "2_3.txt"): "Meh.",
-    ("test", "neg", "3_4.txt"): "No.",
-}
-
-
-def write_imdb_folder(root: Path) -> None:
-  for (split, label, name), body in REVIEWS.items():
-    path = root / "aclImdb" / split / label / name
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(body.encode("utf-8"))
-  (root / "aclImdb/train/unsup").mkdir()
-  (root / "aclImdb/train/unsup/0_0.txt").write_text("unlabelled: ignored")
-  (root / "aclImdb/train/urls_pos.txt").write_text("http://ignored")
-
-
-def write_imdb_archive(path: Path) -> None:
-  path.parent.mkdir(parents=True, exist_ok=True)
-  with tarfile.open(path, "w:gz") as tar:
-    for (split, label, name), body in REVIEWS.items():
-      data = body.encode("utf-8")
-      member = tarfile.TarInfo(f"aclImdb/{split}/{label}/{name}")
-      member.size = len(data)
-      tar.addfile(member, io.BytesIO(data))
-
-
 def test_text_folder_is_byte_level_with_stripped_whitespace(tmp_path):
   write_imdb_folder(tmp_path / "imdb")
   splits, info = load_task("text", tmp_path, seq_len=24)
@@ -213,16 +180,6 @@ def test_text_corrupt_archive_and_missing_data(tmp_path):
 # --------------------------------------------------------------------------- Retrieval (AAN)
 
 
-def aan_row(label: str, text1: str, text2: str) -> str:
-  return "\t".join([label, "P01-1001", "P02-2002", text1, text2])
-
-
-def write_aan(folder: Path, rows) -> None:
-  folder.mkdir(parents=True, exist_ok=True)
-  for name in ("train", "eval", "test"):
-    (folder / f"new_aan_pairs.{name}.tsv").write_bytes(("\n".join(rows) + "\n").encode("utf-8"))
-
-
 def test_aan_keeps_literal_quotes_and_encodes_utf8_bytes(tmp_path):
   rows = [aan_row("1.0", 'He said "linear" attention', "caf\u00e9 \u6f22"),
           aan_row("0", '"unbalanced quote', "x" * 50),
@@ -254,49 +211,6 @@ def test_aan_missing_says_which_folder_to_copy(tmp_path):
 
 
 # --------------------------------------------------------------------------- Image (CIFAR-10)
-
-# Known RGB pixels and their gray value under TF's rgb_to_grayscale (checked with TF 2.21).
-KNOWN_GRAY = [((255, 0, 0), 76), ((0, 255, 0), 149), ((0, 0, 255), 29),
-              ((255, 255, 255), 255), ((10, 200, 30), 124), ((0, 0, 0), 0)]
-
-
-def cifar_batch(seed: int, n: int) -> tuple[np.ndarray, np.ndarray]:
-  """n images as [n, 3072] planar RGB (the known pixels at the start of image 0)."""
-  rng = np.random.default_rng(seed)
-  data = rng.integers(0, 256, (n, 3, 1024), dtype=np.uint8)
-  for i, (rgb, _) in enumerate(KNOWN_GRAY):
-    data[0, :, i] = rgb
-  return data.reshape(n, 3072), rng.integers(0, 10, n).astype(np.uint8)
-
-
-def cifar_files(fmt: str) -> dict[str, bytes]:
-  files = {}
-  names = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]
-  for seed, name in enumerate(names):
-    data, labels = cifar_batch(seed, 4)
-    if fmt == "binary":
-      files[name + ".bin"] = np.concatenate([labels[:, None], data], axis=1).tobytes()
-    else:
-      files[name] = pickle.dumps({b"batch_label": b"x", b"labels": labels.tolist(), b"data": data})
-  return files
-
-
-def write_cifar(root: Path, fmt: str, archive: bool) -> None:
-  folder = {"binary": "cifar-10-batches-bin", "python": "cifar-10-batches-py"}[fmt]
-  files = cifar_files(fmt)
-  root.mkdir(parents=True, exist_ok=True)
-  if not archive:
-    for name, blob in files.items():
-      (root / folder).mkdir(exist_ok=True)
-      (root / folder / name).write_bytes(blob)
-    return
-  name = {"binary": "cifar-10-binary.tar.gz", "python": "cifar-10-python.tar.gz"}[fmt]
-  with tarfile.open(root / name, "w:gz") as tar:
-    for member_name, blob in files.items():
-      member = tarfile.TarInfo(f"{folder}/{member_name}")
-      member.size = len(blob)
-      tar.addfile(member, io.BytesIO(blob))
-
 
 def test_grayscale_matches_tf_and_pil_formulas():
   planes = np.asarray([rgb for rgb, _ in KNOWN_GRAY], np.uint8).T[None]  # [1, 3, 6]
@@ -361,32 +275,6 @@ def test_cifar_missing_names_the_archive(tmp_path):
 
 
 # --------------------------------------------------------------------------- Pathfinder / Path-X
-
-
-def write_pathfinder(folder: Path, n: int, resolution: int = 32, *, npy_metadata: bool = False,
-                     empty: tuple[int, ...] = ()) -> np.ndarray:
-  """Writes n PNGs in two batches plus metadata; returns the [n, res*res] pixels."""
-  rng = np.random.default_rng(0)
-  pixels = rng.integers(0, 256, (n, resolution, resolution), dtype=np.uint8)
-  batches = {0: range(0, n // 2), 1: range(n // 2, n)}
-  (folder / "metadata").mkdir(parents=True)
-  for batch, indices in batches.items():
-    (folder / f"imgs/{batch}").mkdir(parents=True)
-    rows = []
-    for i in indices:
-      path = folder / f"imgs/{batch}/sample_{i}.png"
-      if i in empty:
-        path.write_bytes(b"")
-      else:
-        Image.fromarray(pixels[i], mode="L").save(path)
-      # subdir, file, index, label, then the generator's other seven fields.
-      rows.append([f"imgs/{batch}", f"sample_{i}.png", str(i), str(i % 2), "1", "14", "4", "2", "1", "1", "1"])
-    meta = folder / f"metadata/{batch}.npy"
-    if npy_metadata:
-      np.save(meta, np.asarray(rows))
-    else:
-      meta.write_text("".join(" ".join(r) + "\n" for r in rows))
-  return pixels.reshape(n, -1)
 
 
 @pytest.mark.parametrize("npy_metadata", [False, True])
@@ -455,7 +343,7 @@ def test_pathfinder_missing_prints_the_generate_command(tmp_path):
 def write_tfds(root: Path, name: str, version: str, config: str | None, features: dict,
                splits: dict[str, list[dict]]) -> None:
   """Prepares a tiny TFDS dataset in array_record format (works without TensorFlow)."""
-  tfds = pytest.importorskip("tensorflow_datasets")
+  import tensorflow_datasets as tfds  # a required dependency (imported late: it is slow to load)
 
   class Builder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
     VERSION = tfds.core.Version(version)
@@ -477,7 +365,7 @@ def write_tfds(root: Path, name: str, version: str, config: str | None, features
 
 
 def test_text_from_a_prepared_tfds_folder(tmp_path):
-  tfds = pytest.importorskip("tensorflow_datasets")
+  import tensorflow_datasets as tfds
   reviews = {s: [{"text": f"{s} review {i} caf\u00e9", "label": i % 2} for i in range(3)]
              for s in ("train", "test")}
   features = {"text": tfds.features.Text(), "label": tfds.features.ClassLabel(names=["neg", "pos"])}
@@ -490,7 +378,7 @@ def test_text_from_a_prepared_tfds_folder(tmp_path):
 
 
 def test_image_from_a_prepared_tfds_folder(tmp_path):
-  tfds = pytest.importorskip("tensorflow_datasets")
+  import tensorflow_datasets as tfds
   # The real cifar10 stores PNG-encoded `Image` features, which need TF to *prepare*;
   # a raw uint8 tensor reads back identically through the data source.
   hwc = np.zeros((20, 32, 32, 3), np.uint8)

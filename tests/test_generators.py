@@ -132,7 +132,7 @@ def test_parameter_table():
   hard = pathfinder.params_for(128, "hard")
   assert (hard.contour_length, hard.distractor_length, hard.distractor_count) == (14, 4, 8)
   assert pathfinder.params_for(32, "easy").distractor_count == 10
-  with pytest.raises(ValueError):
+  with pytest.raises(ValueError, match=r"resolution must be one of \[32, 64, 128, 256\], got 48"):
     pathfinder.params_for(48)
 
 

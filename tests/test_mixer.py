@@ -1,5 +1,7 @@
 """LionMixer, decay parameterisations and ModelConfig: inits, bounds, forms, padding, gradients."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -8,9 +10,10 @@ from flax import nnx
 
 from lion_jax import LionMixer, ModelConfig, feature_map, preset
 from lion_jax import decay as decay_lib
+from lion_jax.options import CHOICES
 
 FORMS = ("attention", "rnn", "scan", "chunk", "chunk_scan")
-SELECTIVE_MODES = ("sigmoid_dt", "log_additive", "paper_literal", "softplus")
+SELECTIVE_MODES = CHOICES["selective_mode"]
 
 
 def small(**overrides):
@@ -32,11 +35,46 @@ def real_lambda(mixer):
 # --- config ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("field", ["block", "norm", "activation", "feature_map", "decay",
-                                   "selective_mode", "decay_init", "v_init", "form", "encoder"])
+@pytest.mark.parametrize("field", list(CHOICES))
 def test_config_rejects_unknown_strings_naming_field_and_choices(field):
-  with pytest.raises(ValueError, match=rf"ModelConfig\.{field}='bogus' is not one of"):
+  listed = re.escape(", ".join(map(repr, CHOICES[field])))
+  with pytest.raises(ValueError, match=rf"ModelConfig\.{field}='bogus' is not one of {listed}\."):
     ModelConfig(**{field: "bogus"})
+
+
+def test_config_rejects_a_non_string_option_naming_the_field():
+  with pytest.raises(TypeError, match=r"ModelConfig\.form must be a string, one of 'auto', .*; "
+                                      "got NoneType None"):
+    ModelConfig(form=None)
+
+
+def test_every_valid_option_string_is_implemented_and_every_other_is_rejected_by_name():
+  """The option table is the one source: each listed value runs where it is used, and the
+  functions that take an option reject anything else with the same list of values."""
+  x = jnp.linspace(-2.0, 2.0, 8).reshape(2, 4)
+  for name in CHOICES["feature_map"]:
+    assert feature_map(x, name).shape == (2, 4)
+  base = -jnp.full((2, 1), 0.1)
+  assert set(decay_lib.DEFAULT_SELECTIVE_BIAS) == set(CHOICES["selective_mode"])
+  for mode in CHOICES["selective_mode"]:
+    assert decay_lib.selective_log_decay(base, jnp.zeros((1, 3, 2, 1)), mode).shape == (1, 3, 2, 1)
+  for init in CHOICES["decay_init"]:
+    log_lambda, _ = decay_lib.init_log_decay(jax.random.key(0), 2, 3, init, 1e-3, 1e-1)
+    assert log_lambda.shape == (2, 3) and float(log_lambda.max()) < 0.0
+  for param in CHOICES["decay_param"]:
+    assert decay_lib.base_log_decay(decay_lib.to_param(base, param), param).shape == (2, 1)
+
+  listed = lambda option: re.escape(", ".join(map(repr, CHOICES[option])))
+  with pytest.raises(ValueError, match=f"feature_map='tanh' is not one of {listed('feature_map')}"):
+    feature_map(x, "tanh")
+  with pytest.raises(ValueError, match=f"selective_mode='gate' is not one of "
+                                       f"{listed('selective_mode')}"):
+    decay_lib.selective_log_decay(base, jnp.zeros((1, 3, 2, 1)), "gate")
+  with pytest.raises(ValueError, match=f"decay_init='s4d' is not one of {listed('decay_init')}"):
+    decay_lib.init_log_decay(jax.random.key(0), 2, 3, "s4d", 1e-3, 1e-1)
+  for function in (decay_lib.to_param, decay_lib.base_log_decay):
+    with pytest.raises(ValueError, match=f"decay_param='exp' is not one of {listed('decay_param')}"):
+      function(base, "exp")
 
 
 def test_config_checks_numbers_and_presets():
@@ -184,16 +222,25 @@ def test_padding_content_and_amount_do_not_change_real_outputs():
     np.testing.assert_allclose(long[:, :13], short, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("name", ["silu_norm", "elu1", "sigmoid", "relu", "identity"])
-def test_feature_maps(name):
+def _feature_map_definition(x, name):
+  """φ in float64 NumPy, written from the formulas in the feature_map docstring."""
+  sigmoid = 1.0 / (1.0 + np.exp(-x))
+  if name == "silu_norm":
+    y = x * sigmoid + 0.5
+    return y / np.sqrt((y * y).sum(axis=-1, keepdims=True))
+  return {"elu1": np.where(x > 0, x + 1.0, np.exp(x)), "sigmoid": sigmoid,
+          "relu": np.maximum(x, 0.0), "identity": x}[name]
+
+
+@pytest.mark.parametrize("name", CHOICES["feature_map"])
+def test_feature_maps_follow_their_formulas(name):
   x = 3.0 * jax.random.normal(jax.random.key(0), (4, 8))
   y = np.asarray(feature_map(x, name))
-  assert y.shape == (4, 8) and np.all(np.isfinite(y))
-  if name == "silu_norm":
-    np.testing.assert_allclose(np.linalg.norm(y, axis=-1), 1.0, rtol=1e-6)
+  np.testing.assert_allclose(y, _feature_map_definition(np.asarray(x, np.float64), name),
+                             rtol=1e-6, atol=1e-7)
+  if name == "silu_norm":  # positive and unit-norm, so every q·k lies in (0, 1]
     assert y.min() > 0.0
-  if name != "identity":
-    assert y.min() >= 0.0
+    np.testing.assert_allclose(np.linalg.norm(y, axis=-1), 1.0, rtol=1e-6)
   out = nnx.jit(lambda m, x, mask: m(x, mask))(LionMixer(small(feature_map=name), rngs=nnx.Rngs(0)),
                                               *mixer_inputs())
   assert np.all(np.isfinite(np.asarray(out)))

@@ -2,14 +2,15 @@
 retrieval two-tower head, gradients to every parameter, train/eval under jit, remat, counts."""
 
 import jax
+import jax.test_util
 import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
 from flax import nnx
 
-from lion_jax import LraClassifier, count_params, masked_mean, preset
-from lion_jax import param_counts
+from bench import param_counts
+from lion_jax import LionEncoder, LraClassifier, count_params, masked_mean, preset
 
 FORMS = ("attention", "rnn", "scan", "chunk", "chunk_scan")
 # (num_classes, vocab_size, dual_input) per task, as in lra/data.
@@ -129,6 +130,36 @@ def test_every_parameter_gets_a_nonzero_gradient(task, overrides):
   assert len(flat) == len(nnx.to_flat_state(nnx.state(model, nnx.Param)))
   dead = ["/".join(map(str, path)) for path, leaf in flat if not float(jnp.abs(leaf[...]).max()) > 0]
   assert not dead
+
+
+@pytest.mark.parametrize("overrides", [
+    dict(),  # S5 block, BatchNorm over real tokens, half-GLU, LION-S with vector decays
+    pytest.param(dict(block="transformer", norm="layer", decay="fixed", decay_shape="scalar",
+                      key_dim=3), marks=pytest.mark.slow),  # ~10 s more
+])
+def test_one_layer_gradients_equal_finite_differences_in_float64(overrides):
+  """Reverse-mode gradients of every parameter of a one-layer encoder (embedding, norm, mixer with
+  its decays, activation block) against central finite differences along random directions."""
+  with jax.enable_x64(True):
+    config = preset("listops", d_model=8, num_heads=2, num_layers=1, form="attention",
+                    v_init="lecun", dtype="float64", **overrides)
+    encoder = LionEncoder(config, vocab_size=16, rngs=nnx.Rngs(0))
+    graphdef, params, rest = nnx.split(encoder, nnx.Param, ...)
+    to_f64 = lambda tree: jax.tree.map(
+        lambda x: x.astype(jnp.float64) if jnp.issubdtype(x.dtype, jnp.floating) else x, tree)
+    params, rest = to_f64(params), to_f64(rest)
+    tokens = jax.random.randint(jax.random.key(1), (2, 11), 1, 16)
+    mask = jnp.arange(11) < jnp.array([[11], [7]])
+    weights = jax.random.normal(jax.random.key(2), (2, 11, 8), jnp.float64)
+
+    def loss(params):
+      # A fresh copy per call: BatchNorm updates its running averages in train mode.
+      model = nnx.merge(graphdef, params, jax.tree.map(jnp.copy, rest))
+      out = model(tokens, mask)  # [B, L, M], zero at padding
+      assert out.dtype == jnp.float64
+      return jnp.sum(jnp.sin(3.0 * out) * weights)
+
+    jax.test_util.check_grads(jax.jit(loss), (params,), order=1, modes=["rev"])
 
 
 def test_train_and_eval_modes_under_jit():

@@ -1,13 +1,15 @@
 """`lra.sweep`: command listing, real runlocal runs in parallel, resume, failures, table layout."""
 
+import csv
 import json
 import os
 import shlex
+import sys
 
 import pytest
 
 from configs import ablations
-from lra import sweep, sweep_report
+from lra import run_records, sweep, sweep_report, train
 
 # Each run: one tiny layer, 2 steps on a generated 16-example ListOps (as in test_train_tasks).
 TINY = ("num_train_steps=2", "eval_every_steps=2", "log_every_steps=1", "batch_size=2",
@@ -85,16 +87,40 @@ def test_failed_run_is_recorded_skipped_and_retried(tmp_path, capsys):
   assert sweep.main(argv) == 1  # run.py rejects the field: exit status 1
   run = sweep.plan(["listops"], ["lion_s"], [0], tmp_path / "sw")[0]
   assert sweep.status(run) == "failed"
-  assert "no_such_field" in json.loads((run.workdir / "failed.json").read_text())["error"]
+  # Written by run.py itself, from the exception (not scraped from the log); the sweep adds
+  # the exit status.
+  failure = run_records.read_failure(run.workdir)
+  assert failure["type"] == "AttributeError" and failure["returncode"] == 1
+  assert "no_such_field" in failure["message"]
   assert sweep.main(argv) == 0 and "0 to run" in capsys.readouterr().out
   assert sweep.main(argv + ["--retry-failed"]) == 1 and "1 to run" in capsys.readouterr().out
+
+
+def test_a_run_that_exits_without_a_record_gets_one_from_the_sweep(tmp_path):
+  exits = run_records.Run("listops", "lion_s", 0, tmp_path / "run",
+                          (sys.executable, "-c", "import sys; sys.exit(3)"))
+  assert sweep.execute(exits) == "failed"
+  assert run_records.read_failure(exits.workdir) == {
+      "type": None, "returncode": 3,
+      "message": "exited with status 3 without a failure record (e.g. a flag error); see sweep.log"}
+
+
+def test_failure_records_name_the_exception_and_tell_divergence_apart(tmp_path):
+  run_records.write_failure(tmp_path / "a", train.NonFiniteError("loss is nan at step 7"))
+  run_records.write_failure(tmp_path / "b", ValueError("config.model.form='x' is not one of"))
+  nan, bad = run_records.read_failure(tmp_path / "a"), run_records.read_failure(tmp_path / "b")
+  assert nan == {"type": "lra.train.NonFiniteError", "message": "loss is nan at step 7"}
+  assert bad == {"type": "ValueError", "message": "config.model.form='x' is not one of"}
+  assert run_records.diverged(nan) and not run_records.diverged(bad)
+  assert run_records.read_failure(tmp_path / "c") is None
 
 
 def _fake(root, task, variant, seed, accuracy=None, diverged=False):
   run = sweep.plan([task], [variant], [seed], root)[0]
   run.workdir.mkdir(parents=True)
   if accuracy is None:
-    (run.workdir / "failed.json").write_text(json.dumps({"returncode": 1, "diverged": diverged}))
+    error = train.NonFiniteError("nan loss") if diverged else RuntimeError("out of memory")
+    run_records.write_failure(run.workdir, error)
   else:
     (run.workdir / "results.json").write_text(json.dumps(
         {"test_accuracy": accuracy, "best_val_accuracy": accuracy, "best_step": 4}))
@@ -117,3 +143,6 @@ def test_table_shows_mean_std_over_seeds_paper_numbers_failures_and_average(tmp_
                       "| – (43.15) |")
   assert lines[3] == "| LION-S (w/ HiPPO) | 50.00 ± 14.14 (62.25) | 75.00 ± 7.07 (91.30) | 62.50 (76.78) |"
   assert "5 of 7 runs finished" in lines[5] and "`--cpu`" in lines[-1]
+  errors = {(r["task"], r["variant"], r["seed"]): r["error"]
+            for r in csv.DictReader((root / "out/results.csv").open())}
+  assert errors[("listops", "abl7_softplus", "0")] == "diverged"

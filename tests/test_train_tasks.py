@@ -10,23 +10,7 @@ import json
 import pytest
 
 from lra import train
-from tests.test_data_loaders import aan_row, write_aan, write_cifar, write_imdb_folder, write_pathfinder
-
-SHRINK = {"d_model": 16, "num_layers": 1, "chunk_size": 8}
-
-
-def _fixture_data(task, root):
-  """Writes a few examples in the task's real on-disk format; returns the data_dir."""
-  if task == "text":
-    write_imdb_folder(root / "imdb")
-  elif task == "retrieval":
-    write_aan(root / "aan", [aan_row(str(i % 2), "abc " * (i + 1), "xyz " * (8 - i)) for i in range(8)])
-  elif task == "image":
-    write_cifar(root / "cifar10", "python", archive=False)
-  elif task == "pathx":
-    write_pathfinder(root / "pathfinder/pathfinder128/curv_contour_length_14", 20, resolution=128)
-  return root
-
+from tests.lra_fixtures import SHRINK, fixture_data
 
 def tiny_runlocal_config(task, root, arg="lion_s,runlocal"):
   """The task's runlocal config shrunk to 1 layer, width 16, 2 steps of batch 2 on data under
@@ -37,7 +21,7 @@ def tiny_runlocal_config(task, root, arg="lion_s,runlocal"):
     config.generate.update({"listops": dict(num_train=16, num_val=8, num_test=8, min_length=5,
                                             max_length=30), "pathfinder": dict(num=40)}[task])
   else:
-    config.data_dir = str(_fixture_data(task, root))
+    config.data_dir = str(fixture_data(task, root))
     config.generate = {}
   if config.seq_len:
     config.seq_len = 32

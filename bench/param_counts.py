@@ -1,7 +1,7 @@
-"""Parameter counts of the LRA presets next to S5's (`python -m lion_jax.param_counts`).
+"""Parameter counts of the LRA presets next to S5's (`python -m bench.param_counts`).
 
 LION counts come from building each preset abstractly (`nnx.eval_shape`, no memory). S5 counts are
-computed from its architecture (S5's `ssm.py`, `layers.py`, `seq_model.py`) with the
+computed from its architecture (S5's `ssm.py`, `layers.py` and `seq_model.py`) with the
 per-task sizes of the S5 scripts: per layer, with P' = P/2 conjugate-pair states (`conj_sym=True`),
 Λ_re and Λ_im (2P'), B̃ (2P'H reals), C̃₁ and C̃₂ (4P'H reals, bidirectional), D (H), log Δ (P'),
 BatchNorm (2H) and the GLU Dense layers (H² + H each); plus the one-hot encoder Dense(in_dim → H)

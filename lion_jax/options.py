@@ -1,0 +1,75 @@
+"""The valid values of every string option of `lion_jax`, in one table.
+
+`ModelConfig` validates its fields against `CHOICES`; `lion_attention`, the masks, the feature maps
+and the decay functions check their own arguments with `check_choice`, and the enums of
+`lion_jax.attention` and `lion_jax.masks` are built from the same tuples. A new option value is
+added here once (and implemented where it is used); every error message then lists it.
+"""
+
+from __future__ import annotations
+
+import enum
+
+# Allowed values of every string option (the first one is `ModelConfig`'s default unless the field
+# says otherwise). Keys are the `ModelConfig` field names, which are also the argument names.
+CHOICES: dict[str, tuple[str, ...]] = {
+    "block": ("s5", "transformer"),
+    "norm": ("batch", "layer"),
+    "activation": ("half_glu1", "half_glu2", "full_glu", "gelu"),
+    "encoder": ("embed", "dense"),
+    "feature_map": ("silu_norm", "elu1", "sigmoid", "relu", "identity"),
+    "decay": ("lit", "fixed", "selective"),
+    "decay_shape": ("scalar", "vector"),
+    "decay_param": ("neg_exp", "sigmoid"),
+    "selective_mode": ("sigmoid_dt", "log_additive", "paper_literal", "softplus"),
+    "decay_init": ("hippo", "s4d_real", "random"),
+    "v_init": ("zoh_diag", "zoh_lecun", "lecun"),
+    "normalize": ("after", "before", "none"),
+    "convention": ("symmetric", "code"),
+    "form": ("auto", "attention", "rnn", "scan", "chunk", "chunk_scan"),
+    "dtype": ("float32", "bfloat16", "float64"),
+}
+
+
+def describe(option: str) -> str:
+  """The valid values of `option` as they appear in error messages: 'a', 'b', 'c'."""
+  return ", ".join(map(repr, CHOICES[option]))
+
+
+def check_choice(option: str, value, *, where: str = "") -> str:
+  """`value` as a plain string if it is a valid value of `option`.
+
+  Args:
+    option: a key of `CHOICES`, also the argument or field name shown in the error.
+    value: the value passed by the caller (a string, or a member of the matching str enum).
+    where: prefix of the name in messages, e.g. "ModelConfig." for a config field.
+
+  Returns:
+    The value as a str (enum members become their value).
+
+  Raises:
+    TypeError: `value` is not a string; ValueError: it is not in `CHOICES[option]`. Both name
+      the argument and list the valid values.
+  """
+  if not isinstance(value, str):
+    raise TypeError(f"{where}{option} must be a string, one of {describe(option)}; got "
+                    f"{type(value).__name__} {value!r}.")
+  value = str.__str__(value)  # an enum member's plain value
+  if value not in CHOICES[option]:
+    raise ValueError(f"{where}{option}={value!r} is not one of {describe(option)}.")
+  return value
+
+
+def str_enum(class_name: str, option: str, module: str, doc: str) -> type[enum.Enum]:
+  """A str enum of the values of `option`: member `NAME` has value "name" (e.g. LionForm.CHUNK_SCAN
+  == "chunk_scan"), so callers may pass members or plain strings.
+
+  Args:
+    class_name: the enum's name; module: its module (`__name__`), for pickling and reprs.
+    option: a key of `CHOICES`.
+    doc: the enum's docstring.
+  """
+  kind = enum.Enum(class_name, [(value.upper(), value) for value in CHOICES[option]], type=str,
+                   module=module)
+  kind.__doc__ = doc
+  return kind

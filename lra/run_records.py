@@ -1,0 +1,91 @@
+"""What became of a run, as files in its workdir: shared by `run.py`, `lra.sweep` and
+`lra.sweep_report` (no jax, so the sweep and its reports stay light).
+
+  results.json  written by `lra.train` when a run finishes: it is done.
+  failed.json   written by `run.py` when training raised: {"type", "message"} of the exception
+                (plus "returncode", added by the sweep). A run that exits non-zero without
+                writing one (e.g. a bad flag absl rejects before training) gets a record from the
+                sweep with "type": null.
+  sweep.lock    the pid of the sweep running it; command.txt, sweep.log: its command and output.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+RESULTS_FILE = "results.json"
+FAILED_FILE = "failed.json"
+LOCK_FILE = "sweep.lock"
+LOG_FILE = "sweep.log"
+COMMAND_FILE = "command.txt"
+# The exception `lra.train` raises on a NaN or infinite loss or gradient: the run diverged.
+DIVERGED_TYPE = "lra.train.NonFiniteError"
+
+
+@dataclass(frozen=True)
+class Run:
+  """One task × variant × seed and the command that trains it."""
+  task: str
+  variant: str
+  seed: int
+  workdir: Path
+  command: tuple[str, ...] = field(compare=False)
+
+  @property
+  def name(self) -> str:
+    return f"{self.task}/{self.variant}/seed{self.seed}"
+
+
+def _pid_alive(pid: int) -> bool:
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  except PermissionError:
+    return True
+  return True
+
+
+def status(run: Run) -> str:
+  """"done", "failed", "running" (another live sweep holds it), "partial" or "new"."""
+  if (run.workdir / RESULTS_FILE).exists():
+    return "done"
+  if (run.workdir / FAILED_FILE).exists():
+    return "failed"
+  lock = run.workdir / LOCK_FILE
+  if lock.exists():
+    try:
+      if _pid_alive(int(lock.read_text().split()[0])):
+        return "running"
+    except (ValueError, IndexError, OSError):
+      pass
+  return "partial" if (run.workdir / "checkpoints").exists() else "new"
+
+
+def exception_type(error: BaseException) -> str:
+  """The qualified name of the exception's class, e.g. "lra.train.NonFiniteError"."""
+  kind = type(error)
+  return kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+
+
+def write_failure(workdir: str | os.PathLike, error: BaseException) -> Path:
+  """Records that training in `workdir` raised `error`; returns the record's path."""
+  path = Path(workdir) / FAILED_FILE
+  path.parent.mkdir(parents=True, exist_ok=True)
+  record = {"type": exception_type(error), "message": str(error)}
+  path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+  return path
+
+
+def read_failure(workdir: str | os.PathLike) -> dict | None:
+  """The failure record of `workdir`, or None when there is none."""
+  path = Path(workdir) / FAILED_FILE
+  return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+
+
+def diverged(failure: dict) -> bool:
+  """Whether a failure record says the run stopped on a non-finite loss or gradient."""
+  return failure.get("type") == DIVERGED_TYPE
