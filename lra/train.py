@@ -444,7 +444,7 @@ def evaluate(config: config_dict.ConfigDict, workdir: str, *, split: str = "test
   sums = run_eval(compiled, steps.model_state(state), splits[split], batch_size, setup.mesh,
                   progress=progress, desc=split)
   seconds = time.perf_counter() - tic
-  stats = jax.devices()[0].memory_stats() or {}
+  stats = jax.local_devices()[0].memory_stats() or {}
   values = metrics.averages(sums, "")
   return {"accuracy": values["accuracy"], "loss": values["loss"], "examples": values["examples"],
           "split": split, "form": form, "step": best, "seconds": seconds,
