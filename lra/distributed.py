@@ -122,8 +122,8 @@ def initialize(cluster: ClusterSpec | None, *, init_timeout_s: int, heartbeat_ti
   """
   if cluster is None:
     return
-  logging.info("joining a %s job (coordinator %s, process %s of %s); waiting up to %d s for "
-               "all processes", cluster.launcher, cluster.coordinator or "from the launcher",
+  logging.info("joining a multi-process job (from %s; coordinator %s, process %s of %s); "
+               "waiting up to %d s for all processes", cluster.launcher, cluster.coordinator or "from the launcher",
                cluster.process_id, cluster.num_processes, init_timeout_s)
   start = time.monotonic()
   if cluster.coordinator is not None and cluster.process_id != 0:
