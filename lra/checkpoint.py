@@ -83,12 +83,20 @@ class Checkpointer:
         state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)), force=True)
 
   def repair_best(self, state, meta: dict[str, Any]) -> None:
-    """After resuming from `state` at `meta["step"]`: saves it to best/ if it is the best
-    step and best/ lacks it (the run was killed between the two saves of that step)."""
+    """After resuming from `state` at `meta["step"]`, completes what a kill cut short in best/.
+
+    Saves `state` to best/ if it is the best step and best/ lacks it (killed between the
+    two saves of that step), and retires best steps older than the newest (killed while
+    orbax retired them; they may be half deleted).
+    """
     if meta["best_step"] == meta["step"] and self.best_step() != meta["step"]:
       logging.info("best/ lacks the best step %d; saving it from the latest checkpoint",
                    meta["step"])
       self.save(meta["step"], state, meta, best=True)
+    for step in self.best.all_steps():
+      if step != self.best_step():
+        logging.info("retiring best/%d, left behind by an interrupted save", step)
+        self.best.delete(step)
 
   def restore(self, step: int, target, *, best: bool = False) -> tuple[Any, dict[str, Any]]:
     """Restores (state, meta) at `step` into the structure and shardings of `target`."""

@@ -7,6 +7,10 @@ A run writes into `workdir`: `config.json`, `metrics.jsonl`, `tensorboard/`, `cu
 `checkpoints/` (latest), `best/` (best validation) and `results.json`. Resume order: an
 existing checkpoint in the workdir, else from scratch. Test accuracy is always measured
 at the best-validation checkpoint, never the last one (LRA issue #15).
+
+The loop reads top to bottom in `train_and_evaluate`; `Schedule` says what is due at a
+step, `TrainSums` collects the step metrics, `Throughput` times the steps alone. Every
+process of a multi-process job makes the same calls (README "Multi-host training").
 """
 
 from __future__ import annotations
