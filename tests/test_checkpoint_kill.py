@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from lra import checkpoint, train
-from tests.test_train import TINY_LISTOPS, tiny_config
+from tests.test_train import tiny_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -72,7 +72,7 @@ WINDOWS = ["between the latest and the best save of step 6",
 
 
 def config(data_dir):
-  return tiny_config(data_dir, generate=TINY_LISTOPS)
+  return tiny_config(data_dir)  # 6 steps, evaluated and saved at steps 3 and 6
 
 
 def fake_validate(real_validate):
