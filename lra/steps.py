@@ -30,10 +30,10 @@ from lion_jax.config import ModelConfig
 from lion_jax.models import LraClassifier, count_params
 
 
-# How often each step function has been traced. `jax.jit` traces once per new input
-# shape or sharding and then compiles, so this counts compilations (results.json shows
-# them) through public behaviour only: the increment is a Python side effect, which runs
-# while tracing and never inside the compiled program.
+# How often each step function has been traced. A new input shape or dtype makes
+# `jax.jit` trace and compile again, so with the loop's fixed shardings this counts the
+# step's compilations (results.json reports them) using public behaviour only: the
+# increment is a Python side effect, which runs while tracing, never in the compiled program.
 trace_counts: collections.Counter[str] = collections.Counter()
 
 
