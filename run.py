@@ -5,10 +5,11 @@ r"""Trains or evaluates LION on a Long Range Arena task.
     python run.py --mode eval --workdir runs/listops [--config.eval_form=rnn]
 
 Rerunning a train command resumes from the workdir's latest checkpoint. In eval mode the
-config defaults to the run's own `config.json` (`configs/workdir.py`). Multi-host runs call
-`jax.distributed.initialize()` when a cluster environment is set. A training run that raises
-leaves `failed.json` (the exception's type and message; `lra.run_records`) in its workdir. The
-work happens in `lra.train`; this file only parses flags.
+config defaults to the run's own `config.json` (`configs/workdir.py`). A multi-process job
+(JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES / JAX_PROCESS_ID, or an Open MPI or SLURM
+launch) is joined first (`lra.distributed`; README "Multi-host training"). A training run that
+raises leaves `failed.json` (the exception's type and message; `lra.run_records`) in its
+workdir. The work happens in `lra.train`; this file only parses flags.
 """
 
 import json
@@ -27,9 +28,11 @@ flags.DEFINE_string("workdir", None, "Run folder: checkpoints, metrics, results.
 flags.DEFINE_enum("mode", "train", ["train", "eval"], "train (or resume), or evaluate the best checkpoint.")
 flags.DEFINE_enum("split", "test", ["test", "val"], "Split evaluated in eval mode.")
 config_flags.DEFINE_config_file("config", None, "configs/<task>.py:<variant>[,runlocal]", lock_config=True)
-
-# Launchers whose environment jax.distributed.initialize() reads by itself: variable -> world size.
-_CLUSTER_SIZE_ENV = ("OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS")
+flags.DEFINE_integer("distributed_init_timeout", 300,
+                     "Multi-process runs: seconds to wait for the coordinator and every process.")
+flags.DEFINE_integer("distributed_heartbeat_timeout", 100,
+                     "Multi-process runs: seconds after which a silent process is declared dead "
+                     "and the job stops.")
 
 
 def _flag_value(argv: list[str], name: str) -> str | None:
@@ -51,25 +54,25 @@ def _default_eval_config(argv: list[str]) -> list[str]:
   return argv
 
 
-def _maybe_initialize_distributed() -> None:
-  """Joins a multi-host job: explicit JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES /
-  JAX_PROCESS_ID, or an Open MPI / SLURM launch of more than one process."""
-  import jax  # pylint: disable=import-outside-toplevel
-  if os.environ.get("JAX_COORDINATOR_ADDRESS"):
-    jax.distributed.initialize(os.environ["JAX_COORDINATOR_ADDRESS"],
-                               int(os.environ["JAX_NUM_PROCESSES"]), int(os.environ["JAX_PROCESS_ID"]))
-  elif any(int(os.environ.get(name, "1")) > 1 for name in _CLUSTER_SIZE_ENV):
-    jax.distributed.initialize()
-  logging.info("process %d of %d, devices: %s", jax.process_index(), jax.process_count(), jax.devices())
-
-
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   if FLAGS.config is None:
     raise app.UsageError("--config configs/<task>.py:<variant> is required to train")
-  _maybe_initialize_distributed()
-  from lra import train  # pylint: disable=import-outside-toplevel  (after the flags: imports jax)
+  # pylint: disable-next=import-outside-toplevel  (after the flags: imports jax)
+  from lra import distributed
+  try:
+    distributed.initialize(distributed.ClusterSpec.from_env(os.environ),
+                           init_timeout_s=FLAGS.distributed_init_timeout,
+                           heartbeat_timeout_s=FLAGS.distributed_heartbeat_timeout)
+  except distributed.ClusterError as error:
+    sys.exit(f"run.py: {error}")
+  with distributed.stop_job_on_error():
+    _train_or_evaluate()
+
+
+def _train_or_evaluate():
+  from lra import train  # pylint: disable=import-outside-toplevel
   if FLAGS.mode == "train":
     results = train.train_and_evaluate(FLAGS.config, FLAGS.workdir)
     print(json.dumps(results, indent=2))

@@ -197,7 +197,8 @@ def get_base_config(task: str, arg: str | None, *, batch_size: int, num_epochs: 
   config.log_every_steps = 100
   # Evaluate on validation every this many steps (0: once per epoch); always at the end.
   config.eval_every_steps = 0
-  # Save a checkpoint every this many steps (0: at every evaluation); always at the end.
+  # Save a checkpoint every this many steps (0: at every evaluation); always at the end
+  # and at every new best validation step (the best/ copy is saved after it).
   config.checkpoint_every_steps = 0
   config.max_checkpoints_to_keep = 2
   # Form of the model at evaluation ("" : the training form, model.form); any form of

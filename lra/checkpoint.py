@@ -7,10 +7,18 @@ Two orbax `CheckpointManager`s (the stable v0 API with `ocp.args`) live in the w
 
 Each step holds `state` (the split NNX state of model and optimizer, which includes
 the dropout RNG key and counter) and `meta` (JSON: the step, the data iterator's
-position, the best validation accuracy so far, the partial training sums). Saves are
-synchronous: orbax writes into a temporary folder and renames it when complete, so a
-SIGKILL at any moment leaves the previous checkpoint intact and a half-written one
-invisible to `latest_step()`.
+position, the best validation accuracy so far, the partial training sums).
+
+A SIGKILL at any instant leaves a usable latest and best checkpoint: orbax writes a
+step into a temporary folder, renames it into place when complete and only then
+retires the steps beyond `max_to_keep`, and `save` never deletes or overwrites a saved
+step. The training loop keeps that last promise by saving a new best step to
+`checkpoints/` before `best/` (so `best/` never runs ahead of the step a restart
+resumes from) and, when a kill fell between the two, by `repair_best` on resume.
+
+In a multi-process run every process calls every method (orbax synchronises them and
+the primary process writes the replicated state); the workdir must be on a file
+system that all processes share.
 """
 
 from __future__ import annotations
@@ -62,14 +70,33 @@ class Checkpointer:
     return self.best.latest_step()
 
   def save(self, step: int, state, meta: dict[str, Any], *, best: bool = False) -> None:
-    """Saves `state` and `meta` at `step` (into best/ when `best`, else checkpoints/)."""
+    """Saves `state` and `meta` at `step` (into best/ when `best`, else checkpoints/).
+
+    A step that is already saved is kept as it is: deleting it first would leave, until
+    the new copy is complete, no checkpoint at all in best/ (which keeps one step).
+    """
     manager = self.best if best else self.latest
     if step in manager.all_steps():
-      # A resumed run recomputes a step it had already saved before dying; the contents
-      # are identical, so replace rather than fail.
-      manager.delete(step)
+      logging.warning("%s already holds step %d; keeping it", manager.directory, step)
+      return
     manager.save(step, args=ocp.args.Composite(
         state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)), force=True)
+
+  def repair_best(self, state, meta: dict[str, Any]) -> None:
+    """After resuming from `state` at `meta["step"]`, completes what a kill cut short in best/.
+
+    Saves `state` to best/ if it is the best step and best/ lacks it (killed between the
+    two saves of that step), and retires best steps older than the newest (killed while
+    orbax retired them; they may be half deleted).
+    """
+    if meta["best_step"] == meta["step"] and self.best_step() != meta["step"]:
+      logging.info("best/ lacks the best step %d; saving it from the latest checkpoint",
+                   meta["step"])
+      self.save(meta["step"], state, meta, best=True)
+    for step in self.best.all_steps():
+      if step != self.best_step():
+        logging.info("retiring best/%d, left behind by an interrupted save", step)
+        self.best.delete(step)
 
   def restore(self, step: int, target, *, best: bool = False) -> tuple[Any, dict[str, Any]]:
     """Restores (state, meta) at `step` into the structure and shardings of `target`."""

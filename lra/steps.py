@@ -6,13 +6,15 @@
 
 The model's mode lives in its graphdef (dropout and BatchNorm flags are static), so
 train and eval each get their own graphdef, split once; both share the same weights.
-Batches are sharded over a one-axis `data` mesh of every device and the state is
-replicated, so the same code runs on one CPU, many devices or many hosts.
+Batches are sharded over a one-axis `data` mesh of every device of every process and
+the state is replicated, so the same code runs on one CPU, many devices or many hosts
+(docs of the multi-host layout: README "Multi-host training").
 Notation: B batch, L length, C classes.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 from typing import Any
@@ -26,6 +28,13 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from lion_jax.config import ModelConfig
 from lion_jax.models import LraClassifier, count_params
+
+
+# How often each step function has been traced. A new input shape or dtype makes
+# `jax.jit` trace and compile again, so with the loop's fixed shardings this counts the
+# step's compilations (results.json reports them) using public behaviour only: the
+# increment is a Python side effect, which runs while tracing, never in the compiled program.
+trace_counts: collections.Counter[str] = collections.Counter()
 
 
 @dataclasses.dataclass
@@ -55,15 +64,24 @@ def make_mesh() -> Mesh:
 def create_train_setup(model_config: ModelConfig, *, num_classes: int, vocab_size: int,
                        dual_input: bool, tx: optax.GradientTransformation, seed: int,
                        mesh: Mesh) -> TrainSetup:
-  """Builds the model and optimizer, splits them once and replicates the state on `mesh`."""
-  model = LraClassifier(model_config, num_classes=num_classes, vocab_size=vocab_size,
-                        dual_input=dual_input, rngs=nnx.Rngs(seed))
-  optimizer = nnx.Optimizer(model, tx, wrt=nnx.Param)
+  """Builds the model and optimizer, splits them once and replicates the state on `mesh`.
+
+  The state is initialised inside `jax.jit` with a replicated output sharding, so every
+  process computes its own devices' copies from the seed: nothing is transferred from a
+  host, which `jax.device_put` cannot do onto devices of other processes.
+  """
+  def build():
+    model = LraClassifier(model_config, num_classes=num_classes, vocab_size=vocab_size,
+                          dual_input=dual_input, rngs=nnx.Rngs(seed))
+    return model, nnx.Optimizer(model, tx, wrt=nnx.Param)
+
+  model, optimizer = nnx.eval_shape(build)  # shapes only: the graphdefs and the count
   model.eval()
   eval_graphdef, _ = nnx.split(model)
   model.train()
-  train_graphdef, state = nnx.split((model, optimizer))
-  state = jax.device_put(state, NamedSharding(mesh, PartitionSpec()))
+  train_graphdef, _ = nnx.split((model, optimizer))
+  replicated = NamedSharding(mesh, PartitionSpec())
+  state = jax.jit(lambda: nnx.split(build())[1], out_shardings=replicated)()
   return TrainSetup(train_graphdef, eval_graphdef, state, mesh, count_params(model))
 
 
@@ -87,6 +105,7 @@ def train_step(graphdef, state, batch: dict[str, jax.Array]):
   Returns:
     (new state, {"loss_sum", "correct_sum", "count", "grad_norm", "param_norm"}).
   """
+  trace_counts["train_step"] += 1
   model, optimizer = nnx.merge(graphdef, state)
 
   def loss_fn(model):
@@ -103,6 +122,7 @@ def train_step(graphdef, state, batch: dict[str, jax.Array]):
 
 def eval_step(graphdef, model_state, batch: dict[str, jax.Array], *, form: str):
   """Summed loss/accuracy of the eval-mode model in `form` (padded rows masked out)."""
+  trace_counts["eval_step"] += 1
   model = nnx.merge(graphdef, model_state)
   logits = model(batch["inputs"], batch["lengths"], form=form)  # [B, C]
   return _sums(logits, batch["labels"], batch["example_mask"])
@@ -125,8 +145,9 @@ def jit_eval_step(setup: TrainSetup, form: str):
 def shard_batch(batch: dict[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Array]:
   """Puts a host batch on the mesh, split along the batch axis.
 
-  Every process holds the same global batch (the loaders are seeded identically), and
-  each device takes its rows, so this is also correct across hosts.
+  Every process holds the same global batch (the loaders are built and seeded
+  identically), and each process copies only its own devices' rows to them, so the
+  same call is correct on one device, many devices or many processes.
   """
   size = mesh.devices.size
   out = {}

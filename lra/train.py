@@ -7,6 +7,10 @@ A run writes into `workdir`: `config.json`, `metrics.jsonl`, `tensorboard/`, `cu
 `checkpoints/` (latest), `best/` (best validation) and `results.json`. Resume order: an
 existing checkpoint in the workdir, else from scratch. Test accuracy is always measured
 at the best-validation checkpoint, never the last one (LRA issue #15).
+
+The loop reads top to bottom in `train_and_evaluate`; `Schedule` says what is due at a
+step, `TrainSums` collects the step metrics, `Throughput` times the steps alone. Every
+process of a multi-process job makes the same calls (README "Multi-host training").
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from typing import Any
 
 import jax
 import tqdm
+from jax.experimental import multihost_utils
 from ml_collections import config_dict
 
 from lion_jax.config import ModelConfig
@@ -93,9 +98,24 @@ def load_data(config: config_dict.ConfigDict):
   """Loads the task's splits, generating the data first when it is missing and
   `config.generate` says how (runlocal and the demo).
 
+  In a multi-process run process 0 loads (and generates) first while the others wait,
+  so processes sharing a file system never write the same files at once; a process
+  whose file system lacks the data afterwards generates its own (generation is seeded).
+
   Raises:
     MissingDataError: naming the file to supply and where.
   """
+  if jax.process_count() == 1:
+    return _load_or_generate(config)
+  try:
+    if jax.process_index() == 0:
+      return _load_or_generate(config)
+  finally:  # also when process 0 fails: the others then raise the same error, not hang
+    multihost_utils.sync_global_devices("lra.train.load_data: process 0 has the data")
+  return _load_or_generate(config)
+
+
+def _load_or_generate(config: config_dict.ConfigDict):
   kwargs = dict(seq_len=config.seq_len or None, max_examples=config.max_examples or None,
                 **config.task_options.to_dict())
   try:
@@ -135,9 +155,121 @@ def _progress_default() -> bool:
 
 # --- training --------------------------------------------------------------------------
 
+@dataclasses.dataclass(frozen=True)
+class Schedule:
+  """How long a run is and what happens at which step (all counts in optimizer steps)."""
+
+  total_steps: int
+  steps_per_epoch: int
+  log_every: int
+  eval_every: int
+  checkpoint_every: int
+
+  @classmethod
+  def from_config(cls, config: config_dict.ConfigDict, num_train: int) -> Schedule:
+    """Resolves the config's zeros (one epoch, every evaluation) against `num_train` examples.
+
+    Raises:
+      ValueError: the train split is smaller than one batch.
+    """
+    steps_per_epoch = num_train // config.batch_size
+    if steps_per_epoch == 0:
+      raise ValueError(f"the train split has {num_train} examples, fewer than "
+                       f"config.batch_size={config.batch_size}")
+    eval_every = config.eval_every_steps or steps_per_epoch
+    return cls(total_steps=config.num_train_steps or config.num_epochs * steps_per_epoch,
+               steps_per_epoch=steps_per_epoch, log_every=config.log_every_steps,
+               eval_every=eval_every, checkpoint_every=config.checkpoint_every_steps or eval_every)
+
+  def is_last(self, step: int) -> bool:
+    return step == self.total_steps
+
+  def is_log(self, step: int) -> bool:
+    return step % self.log_every == 0 or self.is_last(step)
+
+  def is_eval(self, step: int) -> bool:
+    return step % self.eval_every == 0 or self.is_last(step)
+
+  def is_checkpoint(self, step: int) -> bool:
+    return step % self.checkpoint_every == 0 or self.is_last(step)
+
+  def needs_host(self, step: int) -> bool:
+    """Whether the loop must stop dispatching steps and read metrics back at `step`."""
+    return self.is_log(step) or self.is_eval(step) or self.is_checkpoint(step)
+
+
+class Throughput:
+  """Wall time of the training steps alone: the first step (compilation) and everything
+  between `pause` and `resume` (evaluation, checkpoints) are left out."""
+
+  def __init__(self):
+    self.steps, self.seconds, self._since = 0, 0.0, None
+
+  def step_done(self, state) -> None:
+    if self._since is None:  # the first step compiles: start the clock after it
+      jax.block_until_ready(state)
+      self._since = time.perf_counter()
+    else:
+      self.steps += 1
+
+  def pause(self) -> None:
+    if self._since is not None:
+      self.seconds += time.perf_counter() - self._since
+
+  def resume(self) -> None:
+    if self._since is not None:
+      self._since = time.perf_counter()
+
+  def examples_per_sec(self, batch_size: int) -> float | None:
+    return self.steps * batch_size / self.seconds if self.steps and self.seconds else None
+
+
+class TrainSums:
+  """Per-step device metrics, fetched lazily and summed over the current log interval.
+
+  Steps are dispatched without waiting for their metrics; `flush` fetches the pending
+  ones (the loop's only host synchronisation) and stops the run on a non-finite value.
+  """
+
+  def __init__(self, sums: dict[str, float], workdir: Path, ckpt: checkpoint.Checkpointer):
+    self.sums = dict(sums)
+    self._pending: list[tuple[int, dict]] = []
+    self._workdir, self._ckpt = workdir, ckpt
+
+  def add(self, step: int, step_metrics: dict[str, jax.Array]) -> None:
+    self._pending.append((step, step_metrics))
+
+  def flush(self) -> None:
+    """Adds the pending steps' metrics to the sums.
+
+    Raises:
+      NonFiniteError: naming the first bad step and the checkpoint that is kept.
+    """
+    for step, values in jax.device_get(self._pending):
+      if not (math.isfinite(values["loss_sum"]) and math.isfinite(values["grad_norm"])):
+        raise NonFiniteError(
+            f"non-finite training loss or gradient at step {step} (loss_sum={values['loss_sum']}, "
+            f"grad_norm={values['grad_norm']}); stopped. The last good checkpoint (step "
+            f"{self._ckpt.latest_step()}) is kept in {self._workdir / checkpoint.LATEST_DIR}. "
+            "Try a lower --config.learning_rate or --config.grad_clip_norm=1.0.")
+      for key, value in values.items():
+        self.sums[key] = self.sums.get(key, 0.0) + float(value)
+      self.sums["steps"] = self.sums.get("steps", 0.0) + 1.0
+    self._pending.clear()
+
+  def take(self) -> dict[str, float]:
+    """The interval's sums; starts the next interval."""
+    sums, self.sums = self.sums, {}
+    return sums
+
+
 def train_and_evaluate(config: config_dict.ConfigDict, workdir: str,
                        progress: bool | None = None) -> dict[str, Any]:
   """Trains (or resumes) the run in `workdir`, then tests the best checkpoint.
+
+  Every process of a multi-process run calls this with the same arguments; process 0
+  alone writes `config.json`, `metrics.jsonl`, `tensorboard/`, `curves.png` and
+  `results.json`, and every number in them is over the global batch.
 
   Args:
     config: an experiment config (`configs/<task>.py`).
@@ -158,139 +290,117 @@ def train_and_evaluate(config: config_dict.ConfigDict, workdir: str,
   if is_main:
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "config.json").write_text(config.to_json_best_effort(indent=2) + "\n")
+  traces_before = dict(steps.trace_counts)
 
   splits, info = load_data(config)
-  batch_size = config.batch_size
-  steps_per_epoch = len(splits["train"]) // batch_size
-  if steps_per_epoch == 0:
-    raise ValueError(f"the train split has {len(splits['train'])} examples, fewer than "
-                     f"config.batch_size={batch_size}")
-  total_steps = config.num_train_steps or config.num_epochs * steps_per_epoch
-  eval_every = config.eval_every_steps or steps_per_epoch
-  ckpt_every = config.checkpoint_every_steps or eval_every
-  eval_batch_size = config.eval_batch_size or batch_size
-  form = eval_form(config)
-
-  setup = _setup(config, info, model_config, total_steps, steps_per_epoch)
-  mesh = setup.mesh
-  train_fn = steps.jit_train_step(setup)
-  eval_fn = steps.jit_eval_step(setup, form)
+  schedule = Schedule.from_config(config, len(splits["train"]))
+  setup = _setup(config, info, model_config, schedule.total_steps, schedule.steps_per_epoch)
+  train_fn, eval_fn = steps.jit_train_step(setup), steps.jit_eval_step(setup, eval_form(config))
   ckpt = checkpoint.Checkpointer(workdir, config.max_checkpoints_to_keep)
-  train_iter = make_loader(splits["train"], batch_size=batch_size, seed=config.seed,
+  train_iter = make_loader(splits["train"], batch_size=config.batch_size, seed=config.seed,
                            shuffle=True, drop_remainder=True)
-
-  state = setup.state
-  meta = {"step": 0, "best_val_accuracy": -1.0, "best_step": 0, "train_sums": {}}
-  if ckpt.latest_step() is not None:
-    state, meta = ckpt.restore(ckpt.latest_step(), state)
-    train_iter.set_state(meta["data_iterator"])
-    logging.info("resumed from step %d of %d in %s", meta["step"], total_steps, workdir)
-  start = meta["step"]
-  writer = metrics.MetricWriter(workdir, resume_step=start, enabled=is_main)
+  state, meta = _resume(ckpt, setup.state, train_iter, workdir, schedule)
   logging.info("%s: %d params, %d train examples, %d steps (%d per epoch), devices %s",
-               config.task, setup.num_params, len(splits["train"]), total_steps,
-               steps_per_epoch, jax.devices())
+               config.task, setup.num_params, len(splits["train"]), schedule.total_steps,
+               schedule.steps_per_epoch, jax.devices())
 
-  pending: list[tuple[int, dict]] = []  # per-step device metrics not yet checked
-  train_sums: dict[str, float] = dict(meta["train_sums"])
-  bar = tqdm.tqdm(total=total_steps, initial=start, unit="step", disable=not progress,
-                  dynamic_ncols=True)
-  timed_steps, train_seconds, tic = 0, 0.0, None
-
-  def flush() -> None:
-    """Fetches pending step metrics, stops on a non-finite value, adds them to the sums."""
-    for s, values in jax.device_get(pending):
-      if not (math.isfinite(values["loss_sum"]) and math.isfinite(values["grad_norm"])):
-        last = ckpt.latest_step()
-        raise NonFiniteError(
-            f"non-finite training loss or gradient at step {s} (loss_sum={values['loss_sum']}, "
-            f"grad_norm={values['grad_norm']}); stopped. The last good checkpoint "
-            f"(step {last}) is kept in {workdir / checkpoint.LATEST_DIR}. Try a lower "
-            "--config.learning_rate or --config.grad_clip_norm=1.0.")
-      for key, value in values.items():
-        train_sums[key] = train_sums.get(key, 0.0) + float(value)
-      train_sums["steps"] = train_sums.get("steps", 0.0) + 1.0
-    pending.clear()
-
+  writer = metrics.MetricWriter(workdir, resume_step=meta["step"], enabled=is_main)
+  bar = tqdm.tqdm(total=schedule.total_steps, initial=meta["step"], unit="step",
+                  disable=not progress, dynamic_ncols=True)
+  sums, clock = TrainSums(meta["train_sums"], workdir, ckpt), Throughput()
   try:
-    for step in range(start + 1, total_steps + 1):
-      batch = steps.shard_batch(next(train_iter), mesh)
-      state, step_metrics = train_fn(state, batch)
-      pending.append((step, step_metrics))
+    for step in range(meta["step"] + 1, schedule.total_steps + 1):
+      state, step_metrics = train_fn(state, steps.shard_batch(next(train_iter), setup.mesh))
+      sums.add(step, step_metrics)
       bar.update(1)
-      if tic is None:  # the first step compiles; time the rest
-        jax.block_until_ready(state)
-        tic = time.perf_counter()
-      else:
-        timed_steps += 1
-      is_log, is_eval = step % config.log_every_steps == 0, step % eval_every == 0
-      is_ckpt, is_last = step % ckpt_every == 0, step == total_steps
-      if not (is_log or is_eval or is_ckpt or is_last):
+      clock.step_done(state)
+      if not schedule.needs_host(step):
         continue
-      flush()
-      train_seconds += time.perf_counter() - tic
-      if is_log or is_last:
-        _log_train(writer, bar, step, train_sums, total_steps, steps_per_epoch)
-        train_sums = {}
-      if is_eval or is_last:
-        val = metrics.averages(
-            run_eval(eval_fn, steps.model_state(state), splits["val"], eval_batch_size, mesh,
-                     progress=progress, desc="val"), "eval_")
+      sums.flush()
+      clock.pause()
+      if schedule.is_log(step):
+        _log_train(writer, bar, step, sums.take(), schedule)
+      is_best = False
+      if schedule.is_eval(step):
+        val = _validate(eval_fn, state, splits["val"], config, setup.mesh, progress)
         writer.write(step, val)
         logging.info("step %d: %s", step, _fmt(val))
-        if val["eval_accuracy"] > meta["best_val_accuracy"]:
+        if is_best := val["eval_accuracy"] > meta["best_val_accuracy"]:
           meta.update(best_val_accuracy=val["eval_accuracy"], best_step=step)
-          ckpt.save(step, state, _meta(meta, step, train_iter, train_sums), best=True)
-      if is_ckpt or is_last:
-        ckpt.save(step, state, _meta(meta, step, train_iter, train_sums))
-      tic = time.perf_counter()
+      if schedule.is_checkpoint(step) or is_best:
+        meta.update(step=step, data_iterator=train_iter.get_state(), train_sums=dict(sums.sums))
+        ckpt.save(step, state, meta)  # before best/: a restart resumes from here (checkpoint.py)
+        if is_best:
+          ckpt.save(step, state, meta, best=True)
+      clock.resume()
   finally:
     bar.close()
     writer.close()
 
-  results = _test_best(config, workdir, ckpt, setup, splits, eval_fn, eval_batch_size, progress)
+  results = _test_best(config, ckpt, setup, splits, eval_fn, progress)
   ckpt.close()
-  rate = timed_steps * batch_size / train_seconds if timed_steps else None
-  if rate is None and (workdir / RESULTS_FILE).exists():  # rerun of a finished run: keep its rate
-    rate = json.loads((workdir / RESULTS_FILE).read_text()).get("train_examples_per_sec")
-  results.update(
-      num_params=setup.num_params, total_steps=total_steps, task=config.task, eval_form=form,
-      train_examples_per_sec=rate,
-      compiles={"train_step": train_fn._cache_size(), "eval_step": eval_fn._cache_size()})
+  traces = {name: steps.trace_counts[name] - traces_before.get(name, 0)
+            for name in ("train_step", "eval_step")}
+  results.update(num_params=setup.num_params, total_steps=schedule.total_steps, task=config.task,
+                 eval_form=eval_form(config),
+                 train_examples_per_sec=_examples_per_sec(clock, config.batch_size, workdir),
+                 compiles=traces)
   if is_main:
     (workdir / RESULTS_FILE).write_text(json.dumps(results, indent=2) + "\n")
     metrics.plot_curves(workdir)
   return results
 
 
-def _meta(meta: dict, step: int, train_iter, train_sums: dict) -> dict:
-  return {**meta, "step": step, "data_iterator": train_iter.get_state(),
-          "train_sums": dict(train_sums)}
+def _resume(ckpt: checkpoint.Checkpointer, state, train_iter, workdir: Path,
+            schedule: Schedule) -> tuple[Any, dict[str, Any]]:
+  """The state and meta to start from: the latest checkpoint's, else the initial ones."""
+  step = ckpt.latest_step()
+  if step is None:
+    return state, {"step": 0, "best_val_accuracy": -1.0, "best_step": 0, "train_sums": {}}
+  state, meta = ckpt.restore(step, state)
+  train_iter.set_state(meta["data_iterator"])
+  ckpt.repair_best(state, meta)
+  logging.info("resumed from step %d of %d in %s", step, schedule.total_steps, workdir)
+  return state, meta
 
 
-def _log_train(writer, bar, step, train_sums, total_steps, steps_per_epoch):
+def _validate(eval_fn, state, split, config, mesh, progress: bool) -> dict[str, float]:
+  sums = run_eval(eval_fn, steps.model_state(state), split, config.eval_batch_size or
+                  config.batch_size, mesh, progress=progress, desc="val")
+  return metrics.averages(sums, "eval_")
+
+
+def _examples_per_sec(clock: Throughput, batch_size: int, workdir: Path) -> float | None:
+  """This session's training speed; a rerun of a finished run keeps the recorded one."""
+  rate = clock.examples_per_sec(batch_size)
+  if rate is None and (workdir / RESULTS_FILE).exists():
+    rate = json.loads((workdir / RESULTS_FILE).read_text()).get("train_examples_per_sec")
+  return rate
+
+
+def _log_train(writer, bar, step: int, train_sums: dict[str, float], schedule: Schedule) -> None:
   n = max(train_sums.pop("steps", 1.0), 1.0)
   # Norms are averaged over the steps of the interval; loss/accuracy over the examples.
   values = metrics.averages({k: (v / n if k.endswith("norm") else v)
                              for k, v in train_sums.items()}, "train_")
-  values["epoch"] = step / steps_per_epoch
+  values["epoch"] = step / schedule.steps_per_epoch
   writer.write(step, values)
   bar.set_postfix(loss=f"{values['train_loss']:.4f}", acc=f"{values['train_accuracy']:.3f}")
-  if not bar.disable:
-    return
-  logging.info("step %d/%d: %s", step, total_steps, _fmt(values))
+  if bar.disable:
+    logging.info("step %d/%d: %s", step, schedule.total_steps, _fmt(values))
 
 
 def _fmt(values: dict) -> str:
   return ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in values.items())
 
 
-def _test_best(config, workdir, ckpt, setup, splits, eval_fn, eval_batch_size, progress) -> dict:
-  """Restores the best-validation checkpoint and evaluates val and test there."""
+def _test_best(config, ckpt, setup, splits, eval_fn, progress) -> dict:
+  """Restores the best-validation checkpoint and evaluates the test split there."""
   best = ckpt.best_step()
   state, meta = ckpt.restore(best, setup.state, best=True)
   test = metrics.averages(run_eval(eval_fn, steps.model_state(state), splits["test"],
-                                   eval_batch_size, setup.mesh, progress=progress, desc="test"),
+                                   config.eval_batch_size or config.batch_size, setup.mesh,
+                                   progress=progress, desc="test"),
                           "test_")
   return {"best_val_accuracy": meta["best_val_accuracy"], "best_step": best,
           "test_accuracy": test["test_accuracy"], "test_loss": test["test_loss"],
@@ -338,7 +448,7 @@ def evaluate(config: config_dict.ConfigDict, workdir: str, *, split: str = "test
   sums = run_eval(compiled, steps.model_state(state), splits[split], batch_size, setup.mesh,
                   progress=progress, desc=split)
   seconds = time.perf_counter() - tic
-  stats = jax.devices()[0].memory_stats() or {}
+  stats = jax.local_devices()[0].memory_stats() or {}
   values = metrics.averages(sums, "")
   return {"accuracy": values["accuracy"], "loss": values["loss"], "examples": values["examples"],
           "split": split, "form": form, "step": best, "seconds": seconds,
