@@ -126,8 +126,8 @@ def grid_lion_attention(q, k, v, log_decays: Sequence = (None,), *, grid=None,
     log_decays: one log-decay per scan of `scan_order` (raster: 1; snake, snake_outputs: 2, the
       row snake's then the column snake's), each None or any shape `lion_attention` takes.
       Per-token decays are given at raster positions and move with their tokens.
-    grid: (H, W) with H·W = L, the image the tokens were flattened from row by row. Only
-      "raster" runs without one.
+    grid: (H, W) with H·W = L, the image the tokens were flattened from row by row. "raster"
+      ignores it.
     scan_order: "raster", "snake" or "snake_outputs".
     form, convention, normalize, chunk_size, eps: as in `lion_attention`, applied to every scan.
     key_mask: [B, L] bool at raster positions; a key where it is False enters no sum in any scan.
@@ -149,13 +149,12 @@ def grid_lion_attention(q, k, v, log_decays: Sequence = (None,), *, grid=None,
                      f"{len(scans)}, one per scan ({', '.join(s.__name__ for s in scans)}); "
                      f"got {got}.")
   options = dict(form=form, convention=convention, chunk_size=chunk_size)
-  if grid is None and scan_order is not ScanOrder.RASTER:
-    raise ValueError(f"scan_order={scan_order.value!r} needs grid=(H, W) with H·W = L = {length}.")
-  if grid is not None:
-    height, width = check_grid(grid, length)
-  if scan_order is ScanOrder.RASTER:
+  if scan_order is ScanOrder.RASTER:  # the grid is not used (nor checked: any L runs)
     return lion_attention(q, k, v, log_decays[0], normalize=normalize, key_mask=key_mask, eps=eps,
                           **options)
+  if grid is None:
+    raise ValueError(f"scan_order={scan_order.value!r} needs grid=(H, W) with H·W = L = {length}.")
+  height, width = check_grid(grid, length)
   if key_mask is not None and tuple(key_mask.shape) != (batch, length):
     raise ValueError(f"key_mask has shape {tuple(key_mask.shape)}; expected [B, L]=[{batch}, "
                      f"{length}].")

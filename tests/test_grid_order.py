@@ -157,7 +157,7 @@ def test_each_snake_uses_its_own_decays():
 
 
 @pytest.mark.parametrize("scan_order", ["snake", "snake_outputs"])
-@pytest.mark.parametrize("decay_kind", ["fixed_channel", "selective", "selective_vector"])
+@pytest.mark.parametrize("decay_kind", ["selective", "selective_vector"])
 def test_gradients_match_finite_differences_and_agree_between_forms(decay_kind, scan_order):
   q, k, v, log_decays, key_mask = make_inputs(GRID, decay_kind, seed=3)
   weights = np.random.default_rng(4).normal(size=v.shape)
@@ -182,14 +182,14 @@ def test_gradients_match_finite_differences_and_agree_between_forms(decay_kind, 
 def test_padded_keys_stay_out_of_both_orders(scan_order):
   """Whatever sits at a masked key (values, keys, decays aside) changes no output."""
   q, k, v, log_decays, key_mask = make_inputs(GRID, "selective_vector", seed=5)
-  noise = np.random.default_rng(6).normal(size=v.shape) * 100
+  rng = np.random.default_rng(6)
   dropped = ~key_mask[..., None, None]
   run = jax.jit(functools.partial(grid_lion_attention, grid=GRID, scan_order=scan_order,
                                   form="chunk_scan", key_mask=key_mask, chunk_size=CHUNK))
   f32 = lambda x: np.asarray(x, np.float32)
   clean = run(f32(q), f32(k), f32(v), tuple(map(f32, log_decays)))
-  noisy = run(f32(q), f32(np.where(dropped, np.abs(noise), k)), f32(np.where(dropped, noise, v)),
-              tuple(map(f32, log_decays)))
+  noisy = run(f32(q), f32(np.where(dropped, rng.uniform(0, 100, k.shape), k)),
+              f32(np.where(dropped, rng.normal(0, 100, v.shape), v)), tuple(map(f32, log_decays)))
   np.testing.assert_allclose(noisy, clean, rtol=1e-5, atol=1e-5)
 
 
@@ -272,3 +272,114 @@ def test_bad_arguments_say_what_is_expected(kwargs, message):
   arguments = dict(log_decays=(None, None), grid=GRID) | kwargs
   with pytest.raises(ValueError, match=message):
     grid_lion_attention(np.float32(q), np.float32(k), np.float32(v), **arguments)
+
+
+# --- the model: config fields, the mixer's second decay set, task variants ----------------------
+
+
+def test_config_choices_are_the_scan_orders():
+  from lion_jax.config import CHOICES
+  assert CHOICES["scan_order"] == tuple(order.value for order in grid_order.ScanOrder)
+
+
+def test_config_checks_grid_and_order():
+  from lion_jax import ModelConfig
+  with pytest.raises(ValueError, match=r"ModelConfig\.scan_order='snake' needs ModelConfig\.grid"):
+    ModelConfig(scan_order="snake")
+  with pytest.raises(ValueError, match=r"ModelConfig\.grid=\(0, 4\) must be None or \(H, W\)"):
+    ModelConfig(grid=(0, 4))
+  with pytest.raises(ValueError, match=r"ModelConfig\.scan_order='hilbert' is not one of 'raster', "
+                                       r"'snake', 'snake_outputs'"):
+    ModelConfig(scan_order="hilbert", grid=(2, 2))
+  assert ModelConfig(grid=[4, 8], scan_order="snake").grid == (4, 8)  # e.g. read back from JSON
+
+
+def snake_model(scan_order="snake", decay="selective", grid=(3, 5), **overrides):
+  from flax import nnx
+  from lion_jax import LraClassifier, preset
+  config = preset("pathfinder", d_model=8, num_heads=2, num_layers=1, chunk_size=4, grid=grid,
+                  scan_order=scan_order, decay=decay, v_init="lecun", **overrides)
+  return LraClassifier(config, num_classes=2, vocab_size=256, rngs=nnx.Rngs(0))
+
+
+def param_paths(model):
+  from flax import nnx
+  return {"/".join(map(str, path)) for path, _ in nnx.to_flat_state(nnx.state(model, nnx.Param))}
+
+
+@pytest.mark.parametrize("decay", ["selective", "fixed"])
+def test_snake_mixer_owns_a_second_decay_set_that_the_optimiser_files_under_decay(decay):
+  from lra import optim
+  raster, snake = param_paths(snake_model("raster", decay)), param_paths(snake_model("snake", decay))
+  column = {"encoder/blocks/0/mixer/column_decay_base"} | (
+      {"encoder/blocks/0/mixer/column_decay_gate/kernel",
+       "encoder/blocks/0/mixer/column_decay_gate/bias"} if decay == "selective" else set())
+  assert snake - raster == column and raster <= snake
+  groups = (("decay", "decay"), (r"norm|bias|(^|/)scale$", "no_weight_decay"))  # configs/common.py
+  assert {optim.group_of(name, groups) for name in column} == {"decay"}
+
+
+@pytest.mark.parametrize("scan_order, decay", [("snake", "selective"), ("snake", "fixed"),
+                                               ("snake_outputs", "selective")])
+def test_snake_model_gives_the_same_logits_in_every_form_and_gradients_reach_both_decay_sets(
+    scan_order, decay):
+  import optax
+  from flax import nnx
+  model = snake_model(scan_order, decay)
+  model.eval()
+  rng = np.random.default_rng(9)
+  x = jnp.asarray(rng.integers(0, 256, (3, 15)))
+  lengths = jnp.array([15, 15, 11])  # a padded row: its keys are masked in both snakes
+  logits = nnx.jit(lambda m, x, n: {f: m(x, n, form=f) for f in FORMS})(model, x, lengths)
+  for form in FORMS[1:]:
+    np.testing.assert_allclose(logits[form], logits["attention"], rtol=1e-5, atol=1e-6,
+                               err_msg=form)
+  raster = snake_model("raster", decay)
+  raster.eval()
+  assert np.abs(raster(x, lengths) - logits["attention"]).max() > 1e-6
+
+  def loss(m):
+    return optax.softmax_cross_entropy_with_integer_labels(m(x, lengths), jnp.array([0, 1, 1])).mean()
+
+  model.train()
+  grads = nnx.to_flat_state(nnx.jit(nnx.grad(loss))(model))
+  decay_grads = {"/".join(map(str, path)): float(jnp.abs(leaf[...]).max()) for path, leaf in grads
+                 if "decay" in "/".join(map(str, path))}
+  assert any("column_decay_base" in name for name in decay_grads)
+  assert all(size > 0 for size in decay_grads.values()), decay_grads
+
+
+def test_a_sequence_that_is_not_the_grid_is_a_clear_error():
+  model = snake_model(grid=(4, 4))
+  with pytest.raises(ValueError, match=r"grid=\(4, 4\) has H·W = 16 cells but the sequence has L = 15"):
+    model(jnp.zeros((1, 15), jnp.int32), jnp.array([15]))
+
+
+@pytest.mark.parametrize("task, grid", [("image", (32, 32)), ("pathfinder", (32, 32)),
+                                        ("pathx", (128, 128))])
+def test_image_tasks_have_snake_variants_that_know_their_grid(task, grid):
+  import importlib
+  from lra import train
+  get_config = importlib.import_module(f"configs.{task}").get_config
+  for variant, decay in (("lion_s_snake", "selective"), ("lion_d_snake", "fixed")):
+    model = train.check_config(get_config(variant))
+    assert (model.grid, model.scan_order, model.decay) == (grid, "snake", decay)
+  assert train.check_config(get_config("lion_s")).scan_order == "raster"
+
+
+def test_sequence_tasks_have_no_snake_variants():
+  from configs import listops
+  with pytest.raises(ValueError, match="unknown variant 'lion_s_snake'"):
+    listops.get_config("lion_s_snake")
+
+
+def test_snake_config_round_trips_through_config_json(tmp_path):
+  import json
+  from configs import image
+  from configs import workdir as workdir_config
+  from lra import train
+  config = image.get_config("lion_d_snake,runlocal")
+  (tmp_path / "config.json").write_text(config.to_json_best_effort())
+  restored = train.check_config(workdir_config.get_config(str(tmp_path)))
+  assert (restored.grid, restored.scan_order) == ((32, 32), "snake")
+  assert json.loads(config.to_json_best_effort())["model"]["grid"] == [32, 32]
