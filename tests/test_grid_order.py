@@ -383,3 +383,12 @@ def test_snake_config_round_trips_through_config_json(tmp_path):
   restored = train.check_config(workdir_config.get_config(str(tmp_path)))
   assert (restored.grid, restored.scan_order) == ((32, 32), "snake")
   assert json.loads(config.to_json_best_effort())["model"]["grid"] == [32, 32]
+
+
+def test_scan_orders_picture_is_drawn(tmp_path):
+  """`python -m lra.data scan-orders` (docs/scan_orders.png): three panels of the 8×8 grid."""
+  from PIL import Image
+  from lra.data.__main__ import main
+  main(["scan-orders", "--out", str(tmp_path / "orders.png"), "--size", "4", "--cell", "20"])
+  width, height = Image.open(tmp_path / "orders.png").size
+  assert width > 3 * 4 * 20 and height > 4 * 20
