@@ -3,6 +3,7 @@
     q = φ(x W_q),  k = φ(x W_k),  v = x W_v      per head          (spec §6.7 steps 1–2)
     λ per head or per value channel, fixed or per token            (`lion_jax.decay`)
     y = lion_attention(q, k, v, log λ) W_o                          (spec §5.4, §6.7 steps 3–5)
+    (scan_order="snake"/"snake_outputs": `grid_lion_attention` with one log λ per snake, LION♮)
 
 The module owns parameters and wiring only; the maths is in `lion_jax.attention` (the five forms)
 and `lion_jax.decay` (decay parameterisations). The same parameters run in every form: pass
