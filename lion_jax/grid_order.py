@@ -113,7 +113,7 @@ def check_grid(grid, length: int) -> tuple[int, int]:
   return height, width
 
 
-def grid_lion_attention(q, k, v, log_decays: Sequence = (None,), *, grid=None,
+def grid_lion_attention(q, k, v, log_decays: Sequence, *, grid=None,
                         scan_order: str | ScanOrder = "snake", form: str = "auto",
                         convention: str = "symmetric", normalize: str | Normalize = "after",
                         key_mask=None, chunk_size: int = 64, eps: float = 1e-6):
