@@ -48,6 +48,20 @@ VARIANTS: dict[str, dict[str, Any]] = {
 # The Table 3 "w/o HiPPO" rows and the Table 6 ablations ([1]-[7]).
 VARIANTS.update(ABLATION_VARIANTS)
 
+# LION♮ (paper §C.11, Figure 9; `lion_jax.grid_order`): the decays run along the row and the
+# column snake of the image, each snake with its own decay parameters, and the two masks are
+# averaged before the normalisation. Only for the tasks whose preset knows its grid (Image,
+# Pathfinder, Path-X), so these are not in `VARIANTS`, which every task accepts.
+GRID_VARIANTS: dict[str, dict[str, Any]] = {
+    "lion_s_snake": {**VARIANTS["lion_s"], "model.scan_order": "snake"},
+    "lion_d_snake": {**VARIANTS["lion_d"], "model.scan_order": "snake"},
+}
+
+
+def task_variants(task: str) -> dict[str, dict[str, Any]]:
+  """The variants `configs/<task>.py` accepts: `VARIANTS`, plus `GRID_VARIANTS` for image tasks."""
+  return VARIANTS | (GRID_VARIANTS if preset(task).grid is not None else {})
+
 # What `runlocal` shrinks (any task then finishes in about a minute on a 2-core CPU).
 RUNLOCAL = {
     "model.d_model": 32,
@@ -121,7 +135,8 @@ def model_config_dict(task: str) -> config_dict.ConfigDict:
 
 def _non_none_type(hint: Any) -> type:
   args = [a for a in typing.get_args(hint) if a is not type(None)]
-  return args[0] if args else str
+  # tuple[int, int] -> tuple: ConfigDict placeholders take plain types.
+  return (typing.get_origin(args[0]) or args[0]) if args else str
 
 
 def set_fields(config: config_dict.ConfigDict, overrides: dict[str, Any], source: str) -> None:
@@ -153,8 +168,9 @@ def get_base_config(task: str, arg: str | None, *, batch_size: int, num_epochs: 
     parsed argument (`variant`, `runlocal` and the `extra_args` keys).
   """
   args = parse_arg(arg, variant="lion_s", runlocal=False, cpu=False, **(extra_args or {}))
-  if args.variant not in VARIANTS:
-    raise ValueError(f"unknown variant {args.variant!r}; known variants: {', '.join(VARIANTS)}")
+  variants = task_variants(task)
+  if args.variant not in variants:
+    raise ValueError(f"unknown variant {args.variant!r}; known variants: {', '.join(variants)}")
   config = config_dict.ConfigDict()
   config.task = task
   # Seeds the model init, dropout and the data order (epoch e is shuffled with seed + e).
@@ -207,7 +223,7 @@ def get_base_config(task: str, arg: str | None, *, batch_size: int, num_epochs: 
 
   # The model: exactly the fields of `lion_jax.config.ModelConfig`, from the task preset.
   config.model = model_config_dict(task)
-  set_fields(config, VARIANTS[args.variant], f"variant {args.variant!r}")
+  set_fields(config, variants[args.variant], f"variant {args.variant!r}")
   if args.cpu:  # a small model and short run on the task's data (configs/ablations.py)
     set_fields(config, cpu_preset(task), "cpu")
   if args.runlocal:

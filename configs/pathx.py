@@ -6,6 +6,8 @@ Paper (LION Table 3, test accuracy): LION-S 97.99, LION-D 97.28, LION-LIT fails 
 Data: the LRA release's pathfinder128/ or our generator (`python -m lra.data generate
 pathfinder --resolution 128 ...`). Smoke run (generates a few images when missing):
 `--config configs/pathx.py:lion_s,runlocal`.
+LION♮ (paper §C.11, Figure 9): `:lion_s_snake` and `:lion_d_snake` run the decays along the
+row and column snakes of the image (`lion_jax.grid_order`, docs/scan_orders.png).
 """
 
 from configs import common

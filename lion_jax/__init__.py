@@ -11,6 +11,7 @@ disable_crashing_cpu_fusions()
 from lion_jax.attention import LionForm, Normalize, lion_attention, per_token_log_decay, resolve_form
 from lion_jax.masks import Convention, lion_mask, segsum, toeplitz_mask
 from lion_jax.config import PRESETS, ModelConfig, preset
+from lion_jax.grid_order import ScanOrder, grid_lion_attention
 from lion_jax.mixer import LionMixer, feature_map
 from lion_jax.blocks import S5Block, TransformerBlock
 from lion_jax.models import LionEncoder, LraClassifier, RetrievalHead, count_params, masked_mean
@@ -28,10 +29,12 @@ __all__ = [
     "count_params",
     "disable_crashing_cpu_fusions",
     "feature_map",
+    "grid_lion_attention",
     "masked_mean",
     "preset",
     "LionForm",
     "Normalize",
+    "ScanOrder",
     "lion_attention",
     "lion_mask",
     "per_token_log_decay",

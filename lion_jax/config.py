@@ -98,6 +98,13 @@ class ModelConfig:
   # Parameters, decays, normalisers and states (inside lion_attention), BatchNorm statistics,
   # pooling and the classification head stay float32.
   dtype: str = "float32"
+  # LION♮ (paper §C.11, Figure 9; `lion_jax.grid_order`): the (H, W) image the tokens were
+  # flattened from row by row (H·W = L), and the order the decays run along: "raster" (the
+  # grid is unused), "snake" (row and column snake, each with its own decay parameters, masks
+  # averaged before the normalisation, as the official release) or "snake_outputs" (the two
+  # normalised outputs averaged, as the paper's text says).
+  grid: tuple[int, int] | None = None
+  scan_order: str = "raster"
 
   def __post_init__(self):
     for name in CHOICES:
@@ -117,6 +124,22 @@ class ModelConfig:
                        "0 < dt_min <= dt_max.")
     if self.input_std <= 0:
       raise ValueError(f"ModelConfig.input_std={self.input_std!r} must be positive.")
+    self._check_grid()
+
+  def _check_grid(self):
+    """grid: None or two positive ints (stored as a tuple, also when read back from JSON)."""
+    if self.grid is not None:
+      try:
+        grid = tuple(int(side) for side in self.grid)
+      except (TypeError, ValueError):
+        grid = ()
+      if len(grid) != 2 or min(grid) < 1:
+        raise ValueError(f"ModelConfig.grid={self.grid!r} must be None or (H, W), two positive "
+                         "integers with H·W = the sequence length.")
+      object.__setattr__(self, "grid", grid)  # frozen: a list from JSON becomes a tuple
+    if self.scan_order != "raster" and self.grid is None:
+      raise ValueError(f"ModelConfig.scan_order={self.scan_order!r} needs ModelConfig.grid=(H, W); "
+                       "the image, pathfinder and pathx presets set it.")
 
   @property
   def head_dim(self) -> int:
@@ -145,11 +168,13 @@ PRESETS: dict[str, ModelConfig] = {
     "retrieval": ModelConfig(d_model=128, num_layers=6, num_heads=2, activation="half_glu1"),
     # S5 feeds grayscale CIFAR normalised with mean 122.6/255 and std 61/255 to a Dense encoder.
     "image": ModelConfig(d_model=512, num_layers=6, num_heads=8, activation="half_glu1", dropout=0.1,
-                         encoder="dense", input_mean=122.6 / 255, input_std=61 / 255),
+                         encoder="dense", input_mean=122.6 / 255, input_std=61 / 255,
+                         grid=(32, 32)),
     "pathfinder": ModelConfig(d_model=192, num_layers=6, num_heads=3, activation="half_glu1",
-                              dropout=0.05, bn_momentum=0.9, encoder="dense"),
+                              dropout=0.05, bn_momentum=0.9, encoder="dense", grid=(32, 32)),
     "pathx": ModelConfig(d_model=128, num_layers=6, num_heads=2, activation="half_glu1",
-                         bn_momentum=0.9, encoder="dense", dt_min=1e-4, remat=True),
+                         bn_momentum=0.9, encoder="dense", dt_min=1e-4, remat=True,
+                         grid=(128, 128)),
 }
 
 

@@ -3,6 +3,7 @@
     q = φ(x W_q),  k = φ(x W_k),  v = x W_v      per head          (paper App. D.2)
     λ per head or per value channel, fixed or per token            (`lion_jax.decay`)
     y = lion_attention(q, k, v, log λ) W_o                          (paper eq. 16, App. C.7)
+    (scan_order="snake"/"snake_outputs": `grid_lion_attention` with one log λ per snake, LION♮)
 
 The module owns parameters and wiring only; the maths is in `lion_jax.attention` (the five forms)
 and `lion_jax.decay` (decay parameterisations). The same parameters run in every form: pass
@@ -13,6 +14,9 @@ Parameter names (for optimiser partitions; every decay parameter has "decay" in 
   decay_base                                       [H, G] base decay ρ (log λ = −e^ρ) or a (λ = σ(a));
                                                    absent for decay="lit". The HiPPO/Δ part: no WD.
   decay_gate/kernel, decay_gate/bias               [M, H·G], [H·G] selective gate (decay="selective")
+  column_decay_base, column_decay_gate/...         the column snake's own decay_base and decay_gate
+                                                   (scan_order="snake"/"snake_outputs", LION♮;
+                                                   decay_base/decay_gate then belong to the row snake)
   out_proj/kernel, out_proj/bias                   [H·V, M], [M] (output_proj=True)
 Shapes: B batch, L length, M = d_model, H heads, K key dim, V = M / H value dim, G decay channels.
 """
@@ -24,9 +28,9 @@ import jax.numpy as jnp
 from flax import nnx
 
 from lion_jax import decay as decay_lib
-from lion_jax.attention import lion_attention
 from lion_jax.config import ModelConfig
 from lion_jax.options import describe
+from lion_jax.grid_order import grid_lion_attention, num_scans
 
 
 def feature_map(x, name: str):
@@ -77,17 +81,14 @@ class LionMixer(nnx.Module):
     init = config.decay_init if config.decay != "lit" else "hippo"
     log_lambda, gain = decay_lib.init_log_decay(rngs.params(), h, self.groups, init,
                                                 config.dt_min, config.dt_max)  # [H, G] each
-    self.decay_base = (None if config.decay == "lit" else
-                       nnx.Param(decay_lib.to_param(log_lambda, config.decay_param)))
-    if config.decay == "selective":
-      bias = config.selective_bias_init
-      if bias is None:
-        bias = decay_lib.DEFAULT_SELECTIVE_BIAS[config.selective_mode]
-      self.decay_gate = nnx.Linear(
-          m, h * self.groups, kernel_init=nnx.initializers.normal(config.selective_init_std),
-          bias_init=nnx.initializers.constant(bias), rngs=rngs)
-    else:
-      self.decay_gate = None
+    self.decay_base, self.decay_gate = _decay_parameters(config, self.groups, log_lambda, rngs)
+    # LION♮ (`lion_jax.grid_order`): the column snake gets its own decays, drawn the same way.
+    column = None, None
+    if num_scans(config.scan_order) == 2:
+      column_log_lambda, _ = decay_lib.init_log_decay(rngs.params(), h, self.groups, init,
+                                                      config.dt_min, config.dt_max)  # [H, G]
+      column = _decay_parameters(config, self.groups, column_log_lambda, rngs)
+    self.column_decay_base, self.column_decay_gate = column
 
     # W_v: ZOH gains γ on the diagonal (docs/math.md §5). Scalar decays share γ over a head.
     gain = jnp.broadcast_to(gain, (h, v)).reshape(h * v)  # [H·V]
@@ -106,13 +107,32 @@ class LionMixer(nnx.Module):
     Returns:
       None, [H] or [H, V] (fixed), or [B, L, H] or [B, L, H, V] (selective).
     """
+    return self._log_decay(self.decay_base, self.decay_gate, x)
+
+  def scan_log_decays(self, x):
+    """One log-decay per scan of `config.scan_order` (`grid_lion_attention`'s `log_decays`).
+
+    Args:
+      x: [B, L, M] the mixer input.
+
+    Returns:
+      (log_decay(x),) for "raster"; (row snake's, column snake's) for the snake orders, each in
+      a shape `log_decay` returns.
+    """
+    parameters = ((self.decay_base, self.decay_gate),
+                  (self.column_decay_base, self.column_decay_gate))
+    return tuple(self._log_decay(base, gate, x)
+                 for base, gate in parameters[:num_scans(self.config.scan_order)])
+
+  def _log_decay(self, decay_base, decay_gate, x):
+    """`log_decay` from one set of decay parameters."""
     config = self.config
     if config.decay == "lit":
       return None
-    base = decay_lib.base_log_decay(self.decay_base[...], config.decay_param)  # [H, G]
+    base = decay_lib.base_log_decay(decay_base[...], config.decay_param)  # [H, G]
     if config.decay == "selective":
       batch, length, _ = x.shape
-      logits = self.decay_gate(x).reshape(batch, length, config.num_heads, self.groups)  # [B, L, H, G]
+      logits = decay_gate(x).reshape(batch, length, config.num_heads, self.groups)  # [B, L, H, G]
       # The gate is a plain parameter in the graph: gradients reach W (unlike the official
       # image code, which detaches it; docs/math.md §5).
       logits = logits.astype(jnp.promote_types(logits.dtype, jnp.float32))  # bf16 -> f32, f64 stays
@@ -139,10 +159,38 @@ class LionMixer(nnx.Module):
     q = feature_map(self.q_proj(x).reshape(batch, length, h, k), config.feature_map)  # [B, L, H, K]
     key = feature_map(self.k_proj(x).reshape(batch, length, h, k), config.feature_map)  # [B, L, H, K]
     value = self.v_proj(x).reshape(batch, length, h, v)  # [B, L, H, V]
-    y = lion_attention(q, key, value, self.log_decay(x),
-                       form=config.form if form is None else form,
-                       convention=config.convention, normalize=config.normalize, key_mask=mask,
-                       chunk_size=config.chunk_size if chunk_size is None else chunk_size,
-                       eps=config.eps)  # [B, L, H, V]
+    y = grid_lion_attention(q, key, value, self.scan_log_decays(x), grid=config.grid,
+                            scan_order=config.scan_order,
+                            form=config.form if form is None else form,
+                            convention=config.convention, normalize=config.normalize,
+                            key_mask=mask,
+                            chunk_size=config.chunk_size if chunk_size is None else chunk_size,
+                            eps=config.eps)  # [B, L, H, V]; lion_attention for scan_order="raster"
     y = y.reshape(batch, length, h * v)  # [B, L, M]
     return self.out_proj(y) if self.out_proj is not None else y
+
+
+def _decay_parameters(config: ModelConfig, groups: int, log_lambda, rngs: nnx.Rngs):
+  """One set of decay parameters: the base decay and the selective gate (None where unused).
+
+  Args:
+    config: the model configuration (decay, decay_param, selective_* fields, d_model, num_heads).
+    groups: G, decay channels per head.
+    log_lambda: [H, G] the base log-decays at init.
+    rngs: parameter randomness (the gate's kernel).
+
+  Returns:
+    (base, gate): an nnx.Param [H, G] or None (LIT), and an nnx.Linear M → H·G or None.
+  """
+  base = (None if config.decay == "lit" else
+          nnx.Param(decay_lib.to_param(log_lambda, config.decay_param)))
+  if config.decay != "selective":
+    return base, None
+  bias = config.selective_bias_init
+  if bias is None:
+    bias = decay_lib.DEFAULT_SELECTIVE_BIAS[config.selective_mode]
+  gate = nnx.Linear(
+      config.d_model, config.num_heads * groups,
+      kernel_init=nnx.initializers.normal(config.selective_init_std),
+      bias_init=nnx.initializers.constant(bias), rngs=rngs)
+  return base, gate

@@ -28,6 +28,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "convention": ("symmetric", "code"),
     "form": ("auto", "attention", "rnn", "scan", "chunk", "chunk_scan"),
     "dtype": ("float32", "bfloat16", "float64"),
+    "scan_order": ("raster", "snake", "snake_outputs"),
 }
 
 

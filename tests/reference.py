@@ -75,3 +75,86 @@ def reference_lion(q, k, v, log_decay=None, *, convention="symmetric", normalize
         else:
           out[b, i, h] = numerator / (weights.sum(axis=0) + eps)
   return out
+
+
+# --- LION♮: masks along snake orders of an H×W grid (LION paper §C.11, Figure 9) ---------------
+# Token r·W + c is pixel (r, c). The row snake visits even rows left→right and odd rows
+# right→left; the column snake visits even columns top→bottom and odd columns bottom→top. Both
+# are written here as closed formulas for a token's place in the order, and the masks are built
+# entry by entry from the λ's of the tokens the order passes between the two.
+
+
+def snake_place(row, col, height, width, scan):
+  """Position of pixel (row, col) in the scan: "raster", "row_snake" or "column_snake"."""
+  if scan == "raster":
+    return row * width + col
+  if scan == "row_snake":
+    return row * width + (col if row % 2 == 0 else width - 1 - col)
+  if scan == "column_snake":
+    return col * height + (row if col % 2 == 0 else height - 1 - row)
+  raise ValueError(scan)
+
+
+def reference_grid_mask(decay, grid, scan, convention):
+  """[L, V] decays λ at raster positions -> [L, L, V] mask at raster rows and columns.
+
+  Entry (i, j) is the product the definition names for the places p = place(i), s = place(j)
+  of the two tokens in the scan, over the λ's of the tokens at the places in between:
+  symmetric Π_{t=min(p,s)+1}^{max(p,s)}; code Π_{t=s}^{p-1} when p > s (Π_{t=p+1}^{s} above).
+  """
+  height, width = grid
+  length = height * width
+  place = [snake_place(i // width, i % width, height, width, scan) for i in range(length)]
+  token_at = {p: i for i, p in enumerate(place)}
+  mask = np.ones((length, length) + decay.shape[1:])
+  for i in range(length):
+    for j in range(length):
+      p, s = place[i], place[j]
+      if p > s:
+        span = range(s + 1, p + 1) if convention == "symmetric" else range(s, p)
+      elif p < s:
+        span = range(p + 1, s + 1)
+      else:
+        continue
+      mask[i, j] = np.prod([decay[token_at[t]] for t in span], axis=0)
+  return mask
+
+
+def reference_grid_lion(q, k, v, log_decays, grid, scan_order, *, convention="symmetric",
+                        normalize="after", key_mask=None, eps=1e-6):
+  """LION♮ output by direct summation, one mask per scan (`log_decays` one per scan).
+
+  scan_order "raster": one raster mask; "snake": M = ½(M_row + M_col) in one normalised sum;
+  "snake_outputs": the mean of the two normalised sums.
+
+  Returns:
+    [B, L, H, V] float64.
+  """
+  scans = {"raster": ("raster",), "snake": ("row_snake", "column_snake"),
+           "snake_outputs": ("row_snake", "column_snake")}[scan_order]
+  q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
+  batch, length, heads, _ = q.shape
+  value_dim = v.shape[-1]
+  decays = [np.exp(expand_log_decay(a, batch, length, heads, value_dim)) for a in log_decays]
+  valid = np.ones((batch, length)) if key_mask is None else np.asarray(key_mask, np.float64)
+  out = np.zeros((batch, length, heads, value_dim))
+  for b in range(batch):
+    for h in range(heads):
+      masks = [reference_grid_mask(d[b, :, h], grid, scan, convention)
+               for d, scan in zip(decays, scans)]  # S × [L, L, V]
+      if scan_order == "snake":
+        masks = [sum(masks) / len(masks)]
+      for i in range(length):
+        scores = np.array([q[b, i, h] @ k[b, j, h] * valid[b, j] for j in range(length)])  # [L]
+        rows = []
+        for mask in masks:
+          weights = scores[:, None] * mask[i]  # [L(j), V]
+          numerator = (weights * v[b, :, h]).sum(axis=0)
+          if normalize == "none":
+            rows.append(numerator)
+          elif normalize == "before":
+            rows.append(numerator / (scores.sum() + eps))
+          else:
+            rows.append(numerator / (weights.sum(axis=0) + eps))
+        out[b, i, h] = sum(rows) / len(rows)
+  return out

@@ -5,10 +5,15 @@
   python -m lra.data generate pathfinder --resolution {32,64,128,256}
       --difficulty {easy,intermediate,hard} --num N --out DIR [--seed 0 --workers N]
   python -m lra.data grid --out docs/pathfinder_grid.png [--resolutions 32 128 --per-row 8]
+  python -m lra.data scan-orders --out docs/scan_orders.png [--size 8]
 
 `grid` renders fresh images (or tiles existing ones with `--source`, e.g. a release
 folder, to compare) into one PNG: one block of rows per resolution, each image framed in
 green (label 1, markers on the same curve) or red (label 0).
+
+`scan-orders` draws the token orders of `lion_jax.grid_order` on a small grid (LION♮, LION
+paper §C.11, Figure 9): raster, row snake and column snake, each cell numbered by its place
+in the order and shaded from dark (first) to light (last), the path drawn from the dot.
 """
 
 from __future__ import annotations
@@ -100,6 +105,40 @@ def _grid(args: argparse.Namespace) -> None:
   print(f"wrote {out} ({out.stat().st_size / 1024:.0f} KB)")
 
 
+def _scan_orders(args: argparse.Namespace) -> None:
+  from PIL import ImageDraw
+
+  from lion_jax.grid_order import column_snake_order, raster_order, row_snake_order
+
+  panels = (("raster", raster_order), ("row snake", row_snake_order),
+            ("column snake", column_snake_order))
+  side, cell, margin, title = args.size, args.cell, 16, 24
+  panel = side * cell
+  sheet = Image.new("RGB", (len(panels) * (panel + margin) + margin, panel + title + 2 * margin),
+                    (255, 255, 255))
+  draw = ImageDraw.Draw(sheet)
+  for p, (name, order_of) in enumerate(panels):
+    left, top = margin + p * (panel + margin), margin + title
+    order = order_of(side, side)  # raster index of the t-th visited cell
+    centre = lambda token: (left + (token % side + 0.5) * cell, top + (token // side + 0.5) * cell)
+    for place, token in enumerate(order):
+      shade = int(70 + 170 * place / (len(order) - 1))  # dark blue first, light last
+      x, y = left + (token % side) * cell, top + (token // side) * cell
+      draw.rectangle([x, y, x + cell - 1, y + cell - 1], fill=(shade, shade, 255),
+                     outline=(255, 255, 255))
+    draw.line([centre(token) for token in order], fill=(200, 30, 30), width=2)
+    x, y = centre(order[0])
+    draw.ellipse([x - 5, y - 5, x + 5, y + 5], fill=(200, 30, 30))  # where the scan starts
+    for place, token in enumerate(order):  # the place in the order, in the cell's corner
+      draw.text((left + (token % side) * cell + 3, top + (token // side) * cell + 2), str(place),
+                fill=(0, 0, 0))
+    draw.text((left, margin), f"{name} ({side}x{side})", fill=(0, 0, 0))
+  out = pathlib.Path(args.out)
+  out.parent.mkdir(parents=True, exist_ok=True)
+  sheet.save(out, optimize=True)
+  print(f"wrote {out} ({out.stat().st_size / 1024:.0f} KB)")
+
+
 def _parser() -> argparse.ArgumentParser:
   parser = argparse.ArgumentParser(prog="python -m lra.data", description=__doc__.split("\n")[0])
   sub = parser.add_subparsers(dest="command", required=True)
@@ -145,6 +184,12 @@ def _parser() -> argparse.ArgumentParser:
                     help="tile images from this difficulty folder instead of rendering "
                          "(use with one --resolutions value)")
   grid.set_defaults(run=_grid)
+
+  orders = sub.add_parser("scan-orders", help="PNG of the raster and snake token orders (LION♮)")
+  orders.add_argument("--out", required=True, help="PNG file to write")
+  orders.add_argument("--size", type=int, default=8, help="grid side (cells)")
+  orders.add_argument("--cell", type=int, default=40, help="cell size in px")
+  orders.set_defaults(run=_scan_orders)
   return parser
 
 

@@ -1,0 +1,200 @@
+"""LION♮ on 2-D inputs: LION attention with decays that run along snake orders of an H×W grid.
+
+LION paper §C.11, Figure 9 (the "Lion-d♮ / Lion-s♮" rows of Table 1): a raster-flattened image
+puts vertical neighbours W tokens apart, so a decaying mask separates them. LION♮ builds the
+mask along two serpentine orders of the grid instead and combines the two:
+
+  row snake     even rows left→right, odd rows right→left       (consecutive tokens are neighbours)
+  column snake  the row snake of the transposed grid: even columns top→bottom, odd bottom→top
+
+Tokens stay in raster order (token r·W + c is pixel (r, c)). Write π for an order (π[t] is the
+raster index of the t-th token visited), a^π for its log-decays read in that order, and
+M^π = P_πᵀ M(a^π) P_π for the LION mask built along the order and permuted back to raster
+rows and columns. Each order has its own decays (its own λ for LION-D, its own selective
+gate for LION-S). `scan_order` picks how the two are combined:
+
+  raster         M(a): plain `lion_attention`, the grid is not used
+  snake          M = ½(M^row + M^col), then the usual Y = Scale(QKᵀ ⊙ M) V          (official release)
+  snake_outputs  Y = ½(Scale(QKᵀ ⊙ M^row) V + Scale(QKᵀ ⊙ M^col) V)               (paper §C.11 text)
+
+Every form of `lion_attention` evaluates each order in that order, so no L×L mask is built
+beyond what the form itself builds: the tokens are gathered into the order, both orders run
+as one batch of 2B sequences, and the results are gathered back to raster positions. With
+normalize="after", "snake" needs each order's numerator Σ_j (q_i·k_j) M^π_ij v_j and decayed
+normaliser Σ_j (q_i·k_j) M^π_ij before the division: both come from one unnormalised call on
+values with one channel of ones per decay channel appended. With normalize="before" or
+"none" the normaliser Σ_j q_i·k_j does not depend on the mask, so averaging the masks and
+averaging the outputs are the same and both orders take the output path.
+
+Shapes follow the legend in `lion_jax.masks`; S = number of scans of an order (1 or 2).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import jax.numpy as jnp
+import numpy as np
+
+from lion_jax.attention import Normalize, lion_attention, per_token_log_decay
+from lion_jax.options import check_choice, str_enum
+
+
+ScanOrder = str_enum("ScanOrder", "scan_order", __name__, """The token orders the decays run
+along, and how two orders are combined: RASTER, one scan in raster order (`lion_attention`
+itself); SNAKE, row and column snake, masks averaged before the normalisation; SNAKE_OUTPUTS,
+row and column snake, normalised outputs averaged.""")
+
+
+def raster_order(height: int, width: int) -> np.ndarray:
+  """[H·W] the identity: rows left→right, top to bottom."""
+  return np.arange(height * width)
+
+
+def row_snake_order(height: int, width: int) -> np.ndarray:
+  """[H·W] raster indices visited by the row snake: even rows left→right, odd rows right→left."""
+  grid = np.arange(height * width).reshape(height, width)
+  grid[1::2] = grid[1::2, ::-1]
+  return grid.reshape(-1)
+
+
+def column_snake_order(height: int, width: int) -> np.ndarray:
+  """[H·W] raster indices visited by the column snake: even columns down, odd columns up."""
+  grid = np.arange(height * width).reshape(height, width).T  # [W, H]: column c is row c here
+  grid[1::2] = grid[1::2, ::-1]
+  return grid.reshape(-1)
+
+
+# The scans of each order, in the order their log-decays are passed.
+SCANS: dict[ScanOrder, tuple] = {
+    ScanOrder.RASTER: (raster_order,),
+    ScanOrder.SNAKE: (row_snake_order, column_snake_order),
+    ScanOrder.SNAKE_OUTPUTS: (row_snake_order, column_snake_order),
+}
+
+
+def num_scans(scan_order: str | ScanOrder) -> int:
+  """How many log-decays (decay parameter sets) `scan_order` takes: 1 for raster, 2 for snakes."""
+  return len(SCANS[parse_scan_order(scan_order)])
+
+
+def parse_scan_order(scan_order: str | ScanOrder) -> ScanOrder:
+  """`scan_order` as a `ScanOrder`; a TypeError or ValueError names the valid values."""
+  return ScanOrder(check_choice("scan_order", scan_order))
+
+
+def check_grid(grid, length: int) -> tuple[int, int]:
+  """Validates a grid against the sequence length.
+
+  Args:
+    grid: (H, W), two positive integers.
+    length: L, the number of tokens.
+
+  Returns:
+    (H, W) as Python ints.
+
+  Raises:
+    ValueError: when `grid` is not two positive integers or H·W ≠ L, naming both.
+  """
+  try:
+    height, width = (int(side) for side in grid)
+  except (TypeError, ValueError):
+    raise ValueError(f"grid={grid!r} must be (H, W), two positive integers with H·W = L = "
+                     f"{length}.") from None
+  if height < 1 or width < 1 or height * width != length:
+    raise ValueError(f"grid={tuple(grid)!r} has H·W = {height * width} cells but the sequence has "
+                     f"L = {length} tokens; a grid needs H·W = L.")
+  return height, width
+
+
+def grid_lion_attention(q, k, v, log_decays: Sequence, *, grid=None,
+                        scan_order: str | ScanOrder = "snake", form: str = "auto",
+                        convention: str = "symmetric", normalize: str | Normalize = "after",
+                        key_mask=None, chunk_size: int = 64, eps: float = 1e-6):
+  """LION attention whose decays run along scan orders of an H×W grid (module docstring).
+
+  Args:
+    q: [B, L, H, K] queries in raster order, already feature-mapped.
+    k: [B, L, H, K] keys in raster order.
+    v: [B, L, H, V] values in raster order.
+    log_decays: one log-decay per scan of `scan_order` (raster: 1; snake, snake_outputs: 2, the
+      row snake's then the column snake's), each None or any shape `lion_attention` takes.
+      Per-token decays are given at raster positions and move with their tokens.
+    grid: (H, W) with H·W = L, the image the tokens were flattened from row by row. "raster"
+      ignores it.
+    scan_order: "raster", "snake" or "snake_outputs".
+    form, convention, normalize, chunk_size, eps: as in `lion_attention`, applied to every scan.
+    key_mask: [B, L] bool at raster positions; a key where it is False enters no sum in any scan.
+
+  Returns:
+    [B, L, H, V] outputs at raster positions, in the dtype of `v`.
+
+  Raises:
+    ValueError: for an unknown `scan_order`, a missing grid or one with H·W ≠ L, or a number of
+      log-decays that does not match the scans; `lion_attention` checks the rest.
+  """
+  scan_order = parse_scan_order(scan_order)
+  scans = SCANS[scan_order]
+  batch, length, heads, _ = q.shape
+  if not isinstance(log_decays, (list, tuple)) or len(log_decays) != len(scans):
+    got = (f"{len(log_decays)} of them" if isinstance(log_decays, (list, tuple))
+           else f"a {type(log_decays).__name__}")
+    raise ValueError(f"scan_order={scan_order.value!r} takes log_decays as a list or tuple of "
+                     f"{len(scans)}, one per scan ({', '.join(s.__name__ for s in scans)}); "
+                     f"got {got}.")
+  options = dict(form=form, convention=convention, chunk_size=chunk_size)
+  if scan_order is ScanOrder.RASTER:  # the grid is not used (nor checked: any L runs)
+    return lion_attention(q, k, v, log_decays[0], normalize=normalize, key_mask=key_mask, eps=eps,
+                          **options)
+  if grid is None:
+    raise ValueError(f"scan_order={scan_order.value!r} needs grid=(H, W) with H·W = L = {length}.")
+  height, width = check_grid(grid, length)
+  if key_mask is not None and tuple(key_mask.shape) != (batch, length):
+    raise ValueError(f"key_mask has shape {tuple(key_mask.shape)}; expected [B, L]=[{batch}, "
+                     f"{length}].")
+  try:
+    normalize = Normalize(normalize)
+  except ValueError:
+    choices = ", ".join(repr(member.value) for member in Normalize)
+    raise ValueError(f"normalize={normalize!r} is not one of {choices}.") from None
+
+  orders = [scan(height, width) for scan in scans]  # S × [L] raster index of each visited token
+  inverses = [np.argsort(order) for order in orders]  # S × [L] position of each raster token
+  value_dim = v.shape[-1]
+  dtype = jnp.promote_types(jnp.promote_types(q.dtype, v.dtype), jnp.float32)
+  decays = [per_token_log_decay(a, batch, length, heads, value_dim, dtype)
+            for a in log_decays]  # S × [B, L, H, G_s]
+  groups = max(d.shape[-1] for d in decays)  # G: one scan with vector decays makes all vector
+  decays = [jnp.broadcast_to(d, d.shape[:-1] + (groups,)) for d in decays]  # S × [B, L, H, G]
+
+  def along_orders(x):  # [B, L, ...] raster -> [S·B, L, ...] each scan's copy in its own order
+    return jnp.concatenate([jnp.take(x, order, axis=1) for order in orders], axis=0)
+
+  def back_to_raster(y):  # [S·B, L, ...] -> S × [B, L, ...] at raster positions
+    return [jnp.take(part, inverse, axis=1)
+            for part, inverse in zip(jnp.split(y, len(orders), axis=0), inverses)]
+
+  q_s, k_s = along_orders(q), along_orders(k)  # [S·B, L, H, K]
+  key_mask_s = None if key_mask is None else along_orders(jnp.asarray(key_mask))  # [S·B, L]
+  # Each scan's own decays go with that scan's copy of the tokens.
+  decay_s = jnp.concatenate([jnp.take(d, order, axis=1) for d, order in zip(decays, orders)],
+                            axis=0)  # [S·B, L, H, G]
+
+  if scan_order is ScanOrder.SNAKE and normalize is Normalize.AFTER:
+    # Averaged masks share one normaliser: the numerator and the decayed normaliser of every
+    # scan (values with G channels of ones appended, unnormalised), averaged, then divided.
+    ones = jnp.ones(v.shape[:-1] + (groups,), dtype)  # [B, L, H, G]
+    carried = along_orders(jnp.concatenate([v.astype(dtype), ones], axis=-1))  # [S·B, L, H, V+G]
+    carried_decay = (decay_s[..., 0] if groups == 1
+                     else jnp.concatenate([decay_s, decay_s], axis=-1))  # [S·B, L, H(, 2V)]
+    sums = lion_attention(q_s, k_s, carried, carried_decay, normalize="none",
+                          key_mask=key_mask_s, **options)  # [S·B, L, H, V+G]
+    sums = sum(back_to_raster(sums)) / len(orders)  # [B, L, H, V+G]
+    out = sums[..., :value_dim] / (sums[..., value_dim:] + eps)  # [B, L, H, V]
+    return out.astype(v.dtype)
+
+  # Output averaging; for "before" and "none" it equals mask averaging (module docstring).
+  outputs = lion_attention(q_s, k_s, along_orders(v.astype(dtype)),
+                           decay_s[..., 0] if groups == 1 else decay_s, normalize=normalize,
+                           key_mask=key_mask_s, eps=eps, **options)  # [S·B, L, H, V]
+  return (sum(back_to_raster(outputs)) / len(orders)).astype(v.dtype)
