@@ -24,7 +24,7 @@ from ml_collections import config_dict
 
 from lion_jax.config import ModelConfig, preset
 
-from configs.ablations import ABLATION_VARIANTS, cpu_preset
+from configs.ablations import ABLATION_VARIANTS, cpu_long_preset, cpu_preset
 
 TASKS = ("listops", "text", "retrieval", "image", "pathfinder", "pathx")
 
@@ -152,7 +152,8 @@ def get_base_config(task: str, arg: str | None, *, batch_size: int, num_epochs: 
     (config, args): the config, unlocked, for the caller to adjust and return, and the
     parsed argument (`variant`, `runlocal` and the `extra_args` keys).
   """
-  args = parse_arg(arg, variant="lion_s", runlocal=False, cpu=False, **(extra_args or {}))
+  args = parse_arg(arg, variant="lion_s", runlocal=False, cpu=False, cpu_long=False,
+                   **(extra_args or {}))
   if args.variant not in VARIANTS:
     raise ValueError(f"unknown variant {args.variant!r}; known variants: {', '.join(VARIANTS)}")
   config = config_dict.ConfigDict()
@@ -209,6 +210,8 @@ def get_base_config(task: str, arg: str | None, *, batch_size: int, num_epochs: 
   set_fields(config, VARIANTS[args.variant], f"variant {args.variant!r}")
   if args.cpu:  # a small model and short run on the task's data (configs/ablations.py)
     set_fields(config, cpu_preset(task), "cpu")
+  if args.cpu_long:  # long ListOps for the HiPPO-vs-random question (configs/ablations.py)
+    set_fields(config, cpu_long_preset(task), "cpu_long")
   if args.runlocal:
     set_fields(config, RUNLOCAL, "runlocal")
   return config, args
