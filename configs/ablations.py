@@ -22,6 +22,9 @@ results are compared against (spec §6.3, §6.4). Known problems with those numb
 * Row [6] ("HiPPO decays, no selectivity") is, as described, the same model as LION-D
   (w/ HiPPO), yet the two rows differ (84.64 vs 85.63 average). Here `abl6_no_selectivity`
   and `lion_d` are the same config, so with the same seed they train identically.
+
+How each row is read where the paper's text is ambiguous (row [7] in particular), with
+measurements: docs/paper_notes.md.
 """
 
 from __future__ import annotations

@@ -59,7 +59,8 @@ def sample_dt(key, shape, dt_min: float, dt_max: float):
 
 
 def init_log_decay(key, heads: int, groups: int, init: str, dt_min: float, dt_max: float):
-  """Base log-decays and their ZOH gains at init.
+  """Base log-decays and their ZOH gains at init (the reading of the paper's D.2 ZOH formula
+  and of its HiPPO init: docs/paper_notes.md).
 
   Args:
     key: a PRNG key.
