@@ -10,8 +10,8 @@ configs/<task>.py:<variant>[,runlocal][,cpu] --workdir ... --config.seed=<k> --c
 in a subprocess whose output goes to `sweep.log` in its workdir. A run is finished when its
 workdir holds `results.json` and is then skipped; any other run is (re)started with the same
 command, and the trainer resumes it from its latest checkpoint, so a killed sweep continues
-where it stopped. A run that exits with an error (e.g. non-finite loss, which ablation [7] is
-expected to hit) gets `failed.json` and shows as ✗; `--retry-failed` runs it again.
+where it stopped. A run that exits with an error (e.g. a non-finite loss) gets `failed.json`
+and shows as ✗; `--retry-failed` runs it again.
 
 The tables go to `--out` (default: the sweep's workdir): `results.csv` (one row per run),
 `results.md` (rows = variants, columns = tasks, mean ± sample std over seeds with the paper's
