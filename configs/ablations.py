@@ -202,7 +202,7 @@ def cpu_preset(task: str) -> dict[str, Any]:
 # vector decays): 2.4-4.2 s a step of batch 32 on the shared 2-core CPU at load 6-11
 # (measured), so a run of 400 steps with its evaluations takes 18-30 min and LION-S/LION-D ×
 # HiPPO/random × 2 seeds (`GROUPS["hippo_vs_random"]`) 2.5-4 h there, less on a quiet machine;
-# the sweep resumes where it stopped, so it can span sessions.
+# the sweep resumes where it stopped, so it can be run in pieces.
 
 _CPU_LONG = {
     "data_dir": os.path.join(CPU_DATA_DIR, "listops1000"),
