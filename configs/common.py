@@ -24,7 +24,7 @@ from ml_collections import config_dict
 
 from lion_jax.config import ModelConfig, preset
 
-from configs.ablations import ABLATION_VARIANTS, cpu_preset
+from configs.ablations import ABLATION_VARIANTS, cpu_long_preset, cpu_preset
 
 TASKS = ("listops", "text", "retrieval", "image", "pathfinder", "pathx")
 
@@ -167,7 +167,8 @@ def get_base_config(task: str, arg: str | None, *, batch_size: int, num_epochs: 
     (config, args): the config, unlocked, for the caller to adjust and return, and the
     parsed argument (`variant`, `runlocal` and the `extra_args` keys).
   """
-  args = parse_arg(arg, variant="lion_s", runlocal=False, cpu=False, **(extra_args or {}))
+  args = parse_arg(arg, variant="lion_s", runlocal=False, cpu=False, cpu_long=False,
+                   **(extra_args or {}))
   variants = task_variants(task)
   if args.variant not in variants:
     raise ValueError(f"unknown variant {args.variant!r}; known variants: {', '.join(variants)}")
@@ -226,6 +227,8 @@ def get_base_config(task: str, arg: str | None, *, batch_size: int, num_epochs: 
   set_fields(config, variants[args.variant], f"variant {args.variant!r}")
   if args.cpu:  # a small model and short run on the task's data (configs/ablations.py)
     set_fields(config, cpu_preset(task), "cpu")
+  if args.cpu_long:  # long ListOps for the HiPPO-vs-random question (configs/ablations.py)
+    set_fields(config, cpu_long_preset(task), "cpu_long")
   if args.runlocal:
     set_fields(config, RUNLOCAL, "runlocal")
   return config, args

@@ -7,14 +7,20 @@ value channel ("vector", G = V). The mixer keeps a *base* decay parameter of sha
   decay_param="sigmoid":  λ = σ(a), log λ = log σ(a) (paper Sec. 3.3 LION-D)
 
 Selective decays (LION-S) modulate the base log-decay B = log λ_base with per-token gate logits
-z = W x + b ([B, L, H, G]) in one of four `selective_mode`s:
+z = W x + b ([B, L, H, G]) in one of four `selective_mode`s (`SELECTIVE_MODES`):
 
-  sigmoid_dt     log λ = B · 2σ(z)             a sigmoid-bounded selective Δ; λ ∈ (λ_base², 1) ⊂ (0, 1),
-                                              and exactly the base decay at z = 0 (the default)
+  sigmoid_dt     log λ = B · 2σ(z)             a sigmoid-bounded selective step: λ ∈ (λ_base², 1), the
+                                              decay rate at most twice the base rate (the default)
+  softplus_dt    log λ = B · softplus(z + c)   a softplus selective step (Table 6 row [7]): λ ∈ (0, 1),
+                                              the decay rate unbounded above; c = log(e − 1)
   log_additive   log λ = B + log σ(z)          paper Sec. 3.3 form plus a HiPPO offset; needs b ≈ +8
   paper_literal  log λ = min(σ(z) + B, 0)      paper Sec. 4.5 "σ(A_i) + B_i", clamped to λ ≤ 1
-  softplus       log λ = B + softplus(z)       ablation [7]: ≥ B and usually > 0, i.e. λ > 1. It is
-                                              unstable on purpose (the paper reports it fails).
+
+The two "_dt" modes scale the base step Δ by a positive per-token factor, as the selective step Δ
+of Mamba does, and both equal the base decay at z = 0. They differ in the bound of the factor:
+2σ(z) < 2, softplus(z + c) unbounded. Why row [7] is read as `softplus_dt` and not as a literal
+"a = B + softplus(z)" (λ > 1, which overflows float32 at LRA lengths), and why `paper_literal` is
+not the default (it clamps almost every λ to 1 at init), with measured numbers: docs/paper_notes.md.
 
 Inits of the base decay (all return log λ and the ZOH input gain γ used by the W_v init):
 
@@ -36,8 +42,8 @@ import jax.numpy as jnp
 from lion_jax.options import describe
 
 HIPPO_REAL = -0.5  # Re Λ of the diagonalised HiPPO-LegS normal part (S5, DSS)
-DEFAULT_SELECTIVE_BIAS = {"sigmoid_dt": 0.0, "log_additive": 8.0, "paper_literal": 0.0,
-                          "softplus": 0.0}
+# softplus(c) = 1: the softplus step starts at the base decay (z = 0 gives log λ = B).
+SOFTPLUS_SHIFT = 0.5413248546129181  # log(e − 1)
 
 
 def sample_dt(key, shape, dt_min: float, dt_max: float):
@@ -56,7 +62,8 @@ def sample_dt(key, shape, dt_min: float, dt_max: float):
 
 
 def init_log_decay(key, heads: int, groups: int, init: str, dt_min: float, dt_max: float):
-  """Base log-decays and their ZOH gains at init.
+  """Base log-decays and their ZOH gains at init (the reading of the paper's D.2 ZOH formula
+  and of its HiPPO init: docs/paper_notes.md).
 
   Args:
     key: a PRNG key.
@@ -120,24 +127,31 @@ def base_log_decay(param, decay_param: str):
   raise ValueError(f"decay_param={decay_param!r} is not one of {describe('decay_param')}.")
 
 
+# mode -> log λ [B, L, H, G] from the base B [H, G] (broadcast) and the gate logits z [B, L, H, G].
+SELECTIVE_MODES = {
+    "sigmoid_dt": lambda base, z: base * (2.0 * jax.nn.sigmoid(z)),
+    "softplus_dt": lambda base, z: base * jax.nn.softplus(z + SOFTPLUS_SHIFT),
+    "log_additive": lambda base, z: base + jax.nn.log_sigmoid(z),
+    "paper_literal": lambda base, z: jnp.minimum(jax.nn.sigmoid(z) + base, 0.0),
+}
+# mode -> the gate bias b at init (`ModelConfig.selective_bias_init=None`). log_additive needs a
+# large one: at b = 0 its log σ(z) ≈ −0.69 would shorten every memory to a token or two.
+DEFAULT_SELECTIVE_BIAS = {"sigmoid_dt": 0.0, "softplus_dt": 0.0, "log_additive": 8.0,
+                          "paper_literal": 0.0}
+
+
 def selective_log_decay(base, gate_logits, mode: str):
   """Per-token log-decays of LION-S (module docstring for the four modes).
 
   Args:
-    base: [H, G] base log-decays B ≤ 0.
+    base: [H, G] base log-decays B < 0.
     gate_logits: [B, L, H, G] z = W x + b.
-    mode: "sigmoid_dt", "log_additive", "paper_literal" or "softplus".
+    mode: a key of `SELECTIVE_MODES`.
 
   Returns:
-    [B, L, H, G] log λ: < 0 for "sigmoid_dt" and "log_additive", ≤ 0 for "paper_literal", and
-    unbounded above for "softplus".
+    [B, L, H, G] log λ ≤ 0 in every mode (< 0 unless a factor underflows or the clamp of
+    "paper_literal" is hit), so λ ∈ (0, 1].
   """
-  if mode == "sigmoid_dt":
-    return base * (2.0 * jax.nn.sigmoid(gate_logits))
-  if mode == "log_additive":
-    return base + jax.nn.log_sigmoid(gate_logits)
-  if mode == "paper_literal":
-    return jnp.minimum(jax.nn.sigmoid(gate_logits) + base, 0.0)
-  if mode == "softplus":
-    return base + jax.nn.softplus(gate_logits)
-  raise ValueError(f"selective_mode={mode!r} is not one of {describe('selective_mode')}.")
+  if mode not in SELECTIVE_MODES:
+    raise ValueError(f"selective_mode={mode!r} is not one of {describe('selective_mode')}.")
+  return SELECTIVE_MODES[mode](base, gate_logits)

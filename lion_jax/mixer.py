@@ -38,8 +38,9 @@ def feature_map(x, name: str):
 
   Args:
     x: [..., K] projected queries or keys of one head.
-    name: "silu_norm" ((SiLU(x) + 0.5)/‖·‖₂, positive), "elu1" (ELU(x) + 1), "sigmoid", "relu"
-      or "identity".
+    name: "silu_norm" ((SiLU(x) + 0.5)/‖·‖₂, positive: the official release's form, not the
+      paper's SiLU(x + 0.5)/‖·‖, see docs/paper_notes.md), "elu1" (ELU(x) + 1), "sigmoid",
+      "relu" or "identity".
 
   Returns:
     [..., K] features.
@@ -61,6 +62,9 @@ def feature_map(x, name: str):
 
 class LionMixer(nnx.Module):
   """LION-LIT / LION-D / LION-S mixer over [B, L, M] sequences (module docstring for parameters).
+
+  Where its defaults (φ, the selective form, the ZOH W_v init, the base decay) read or depart
+  from the paper, and why: docs/paper_notes.md.
 
   Args:
     config: the model configuration (d_model, num_heads, decay, feature_map, inits, ...).

@@ -21,7 +21,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "decay": ("lit", "fixed", "selective"),
     "decay_shape": ("scalar", "vector"),
     "decay_param": ("neg_exp", "sigmoid"),
-    "selective_mode": ("sigmoid_dt", "log_additive", "paper_literal", "softplus"),
+    "selective_mode": ("sigmoid_dt", "softplus_dt", "log_additive", "paper_literal"),
     "decay_init": ("hippo", "s4d_real", "random"),
     "v_init": ("zoh_diag", "zoh_lecun", "lecun"),
     "normalize": ("after", "before", "none"),

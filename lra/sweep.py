@@ -1,7 +1,7 @@
 r"""Runs every task × variant × seed of an LRA sweep in its own workdir, then tabulates the results.
 
     python -m lra.sweep --tasks listops,pathfinder --variants table3,table6 --workdir runs/sweep \
-        [--runlocal] [--cpu] [--seeds 0,1,2] [--parallel N] [--set field=value ...]
+        [--runlocal] [--cpu | --cpu-long] [--seeds 0,1,2] [--parallel N] [--set field=value ...]
     python -m lra.sweep ... --list          # print the commands of unfinished runs, run nothing
     python -m lra.sweep ... --report-only   # only rewrite the tables from finished runs
 
@@ -10,9 +10,8 @@ configs/<task>.py:<variant>[,runlocal][,cpu] --workdir ... --config.seed=<k> --c
 in a subprocess whose output goes to `sweep.log` in its workdir. A run is finished when its
 workdir holds `results.json` and is then skipped; any other run is (re)started with the same
 command, and the trainer resumes it from its latest checkpoint, so a killed sweep continues
-where it stopped. A run that exits with an error (e.g. non-finite loss, which ablation [7] is
-expected to hit) leaves `failed.json` with the exception's type and message (`lra.run_records`)
-and shows as ✗; `--retry-failed` runs it again.
+where it stopped. A run that exits with an error (e.g. a non-finite loss) leaves `failed.json`
+with the exception's type and message (`lra.run_records`) and shows as ✗; `--retry-failed` runs it again.
 
 The tables go to `--out` (default: the sweep's workdir): `results.csv` (one row per run),
 `results.md` (rows = variants, columns = tasks, mean ± sample std over seeds with the paper's
@@ -234,6 +233,8 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--seeds", default="0", help="comma list of seeds")
   parser.add_argument("--runlocal", action="store_true", help="tiny smoke runs (configs/common.RUNLOCAL)")
   parser.add_argument("--cpu", action="store_true", help="the reduced CPU preset (configs/ablations.py)")
+  parser.add_argument("--cpu-long", dest="cpu_long", action="store_true",
+                      help="long ListOps at L = 1024 on the CPU (configs/ablations.py)")
   parser.add_argument("--set", dest="sets", action="append", default=[], metavar="FIELD=VALUE",
                       help="config override for every run, e.g. --set num_train_steps=100")
   parser.add_argument("--parallel", type=int, default=1, help="runs at a time")
@@ -249,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
   tasks = _split_list(args.tasks, common.TASKS, "--tasks")
   variants = expand_variants(args.variants)
   seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
-  flags = tuple(f for f in ("runlocal", "cpu") if getattr(args, f))
+  flags = tuple(f for f in ("runlocal", "cpu", "cpu_long") if getattr(args, f))
   runs = plan(tasks, variants, seeds, args.workdir, flags=flags, sets=tuple(args.sets),
               python=args.python)
   if args.list:

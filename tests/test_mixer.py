@@ -165,20 +165,35 @@ def test_selective_lambda_bounds(mode):
   x, _ = mixer_inputs(width=32)
   lam = np.exp(np.asarray(mixer.log_decay(x), np.float64))  # [B, L, H, V]
   assert lam.shape == (2, 21, 2, 16) and np.all(np.isfinite(lam))
-  if mode == "softplus":  # ablation [7]: a = B + softplus(z) ≥ B, mostly > 0, so λ > 1
-    assert lam.max() > 1.0
-  elif mode == "paper_literal":  # σ(z) + B clamped at 0: λ ≤ 1
+  if mode == "paper_literal":  # σ(z) + B clamped at 0: λ ≤ 1
     assert lam.min() > 0.0 and lam.max() <= 1.0
   else:
     assert lam.min() > 0.0 and lam.max() < 1.0
 
 
-def test_sigmoid_dt_reproduces_the_hippo_decay_at_zero_logits():
-  mixer = LionMixer(small(), rngs=nnx.Rngs(0))
+@pytest.mark.parametrize("mode", ["sigmoid_dt", "softplus_dt"])
+def test_selective_steps_reproduce_the_hippo_decay_at_zero_logits(mode):
+  mixer = LionMixer(small(selective_mode=mode), rngs=nnx.Rngs(0))
   mixer.decay_gate.kernel[...] = jnp.zeros_like(mixer.decay_gate.kernel[...])
   x, _ = mixer_inputs()
   lam = np.exp(np.asarray(mixer.log_decay(x)))
   np.testing.assert_allclose(lam, np.broadcast_to(real_lambda(mixer), lam.shape), rtol=1e-6)
+
+
+def test_softplus_step_is_in_unit_interval_at_init_with_an_unbounded_rate():
+  # Table 6 row [7]: log λ = B · softplus(z + c). At init (gate weights N(0, 0.1²) on unit-scale
+  # inputs) every λ lies strictly inside (0, 1); large logits shorten the memory without bound,
+  # where sigmoid_dt stops at twice the base rate.
+  mixer = LionMixer(small(d_model=64, num_heads=2, selective_mode="softplus_dt"), rngs=nnx.Rngs(0))
+  x, _ = mixer_inputs(batch=4, length=64, width=64)
+  lam = np.exp(np.asarray(mixer.log_decay(x), np.float64))  # [B, L, H, V]
+  assert lam.min() > 0.0 and lam.max() < 1.0
+  base = np.asarray(decay_lib.base_log_decay(mixer.decay_base[...], "neg_exp"))  # [H, V]
+  logits = jnp.full((1, 1) + base.shape, 20.0)
+  rate = {mode: np.asarray(decay_lib.selective_log_decay(base, logits, mode)) / base
+          for mode in ("sigmoid_dt", "softplus_dt")}  # the step's factor on the base Δ
+  np.testing.assert_allclose(rate["sigmoid_dt"], 2.0, rtol=1e-6)
+  np.testing.assert_allclose(rate["softplus_dt"], 20.0 + decay_lib.SOFTPLUS_SHIFT, rtol=1e-6)
 
 
 def test_log_additive_bias_keeps_long_memory():
@@ -246,7 +261,7 @@ def test_feature_maps_follow_their_formulas(name):
   assert np.all(np.isfinite(np.asarray(out)))
 
 
-@pytest.mark.parametrize("mode", ["sigmoid_dt", "log_additive", "softplus"])
+@pytest.mark.parametrize("mode", ["sigmoid_dt", "softplus_dt", "log_additive"])
 def test_selective_gate_and_decays_receive_gradients(mode):
   mixer = LionMixer(small(selective_mode=mode, v_init="lecun"), rngs=nnx.Rngs(0))
   x, mask = mixer_inputs(length=12)

@@ -47,6 +47,16 @@ def test_list_prints_one_command_per_unfinished_run(tmp_path, capsys):
     sweep.plan(["listops"], ["lion_s"], [0], root, sets=("seed=3",))
 
 
+def test_cpu_long_lists_the_long_listops_grid(tmp_path, capsys):
+  argv = ["--tasks", "listops", "--variants", "hippo_vs_random", "--seeds", "0,1",
+          "--workdir", str(tmp_path), "--cpu-long", "--list"]
+  assert sweep.main(argv) == 0
+  lines = [shlex.split(line) for line in capsys.readouterr().out.splitlines()]
+  assert [line[2].rsplit(":", 1)[1] for line in lines[::2]] == [
+      "lion_s,cpu_long", "lion_d,cpu_long", "lion_s_random,cpu_long", "lion_d_random,cpu_long"]
+  assert len(lines) == 8
+
+
 def test_sweep_trains_in_parallel_resumes_and_tabulates(tmp_path, capsys):
   root, data = tmp_path / "sw", tmp_path / "data"
   argv = ["--tasks", "listops", "--variants", "lion_lit,lion_s", "--workdir", str(root),
