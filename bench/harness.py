@@ -68,11 +68,15 @@ def environment() -> dict[str, Any]:
   """What a timing depends on: versions, device, CPU, threads, git commit (at start), time."""
   import jaxlib
   cpu = platform.processor() or "unknown"
+  # XLA:CPU picks different kernels with and without AVX-512, so the same VM type can differ 2x.
+  vector_extensions = []
   try:
     for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
-      if line.startswith("model name"):
+      if line.startswith("model name") and cpu == (platform.processor() or "unknown"):
         cpu = line.split(":", 1)[1].strip()
-        break
+      if line.startswith("flags") and not vector_extensions:
+        vector_extensions = sorted(f for f in line.split(":", 1)[1].split()
+                                   if f.startswith(("avx", "amx")))
   except OSError:
     pass
   affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
@@ -98,6 +102,7 @@ def environment() -> dict[str, Any]:
       "device_kind": device.device_kind,
       "device_memory_limit_bytes": device_memory,  # what the allocator may use (GPU, TPU)
       "cpu_model": cpu,
+      "cpu_vector_extensions": vector_extensions,
       "cpu_count": os.cpu_count(),
       "threads_available": affinity,
       "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
