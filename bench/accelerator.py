@@ -122,7 +122,8 @@ def stage_env(run: StageRun) -> None:
   import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
   env = harness.environment()
   versions = {}
-  for module in ("flax", "optax", "orbax.checkpoint", "grain", "ml_collections", "numpy"):
+  for module in ("flax", "optax", "orbax.checkpoint", "grain", "ml_collections", "tensorboardX",
+                 "numpy"):
     try:
       versions[module] = getattr(__import__(module, fromlist=["_"]), "__version__", "?")
     except ImportError as error:

@@ -6,7 +6,8 @@
 #
 # The target image (CPython 3.12, manylinux x86-64) has its own JAX 0.11 with the CUDA plugin,
 # flax, optax, orbax-checkpoint, absl-py, numpy, matplotlib, tqdm, pillow, pytest and the other
-# packages listed in IMAGE_HAS below, but not ml-collections, grain or tensorflow-datasets.
+# packages listed in IMAGE_HAS below, but not ml-collections, grain, tensorboardX or
+# tensorflow-datasets.
 # tensorflow-datasets is needed only to read TFDS-prepared data (lra/data/tfds_source.py), which
 # an accelerator run does not do, so it is not fetched. There, run from the source tree:
 #
@@ -28,10 +29,11 @@ WHEELS=(
   "grain==0.2.18"           # lra/data/batching.py
   "array-record==0.8.6"     # grain (needs absl-py, etils[epath]: in the image)
   "portpicker==1.6.0"       # grain (needs psutil: in the image)
+  "tensorboardX==2.6.5"     # lra/metrics.py (needs numpy, packaging, protobuf: in the image)
 )
 # Packages of the image that these wheels require (normalised names; the image's full list
 # is longer). etils' epath/epy extras need fsspec, typing-extensions and zipp: listed too.
-IMAGE_HAS="absl-py cloudpickle etils fsspec numpy protobuf psutil pyyaml typing-extensions zipp"
+IMAGE_HAS="absl-py cloudpickle etils fsspec numpy packaging protobuf psutil pyyaml typing-extensions zipp"
 
 rm -rf "$DEST"
 mkdir -p "$DEST"
