@@ -59,6 +59,15 @@ def every_option(form, scan_order, grid):
   return jax.jit(run)
 
 
+
+def fast_first(cases, fast, unpack=False):
+  """`cases` as pytest params, those not in `fast` marked `slow` (`make test-all` runs them):
+  `make test` keeps one representative per test, on the LRA setting (vector decays).
+  `unpack`: each case is a tuple of several parametrized arguments."""
+  return [pytest.param(*(case if unpack else (case,)),
+                       marks=() if case in fast else pytest.mark.slow)
+          for case in cases]
+
 @functools.lru_cache(maxsize=None)
 def definition_outputs(decay_kind, scan_order, grid):
   q, k, v, log_decays, key_mask = make_inputs(grid, decay_kind)
@@ -104,7 +113,7 @@ def test_reference_masks_are_the_products_along_each_snake():
 
 @pytest.mark.parametrize("form", FORMS)
 @pytest.mark.parametrize("scan_order", ["snake", "snake_outputs"])
-@pytest.mark.parametrize("decay_kind", DECAY_KINDS)
+@pytest.mark.parametrize("decay_kind", fast_first(DECAY_KINDS, fast=["selective_vector"]))
 def test_every_form_equals_float64_definition(decay_kind, scan_order, form):
   """3×5 grid: every decay shape × convention × normalisation, with and without padded keys."""
   inputs, expected = definition_outputs(decay_kind, scan_order, GRID)
@@ -116,7 +125,7 @@ def test_every_form_equals_float64_definition(decay_kind, scan_order, form):
                                err_msg=f"convention={convention} normalize={normalize}")
 
 
-@pytest.mark.parametrize("grid", [(5, 3), (4, 4), (1, 6), (6, 1)])
+@pytest.mark.parametrize("grid", fast_first([(5, 3), (4, 4), (1, 6), (6, 1)], fast=[(5, 3)]))
 def test_other_grids_equal_the_definition(grid):
   """Tall, square and one-row/one-column grids (there one snake is the raster order)."""
   for scan_order in ("snake", "snake_outputs", "raster"):
@@ -156,8 +165,10 @@ def test_each_snake_uses_its_own_decays():
     assert np.abs(run((a_row, a_col)) - run((a_col, a_row))).max() > 1e-3
 
 
-@pytest.mark.parametrize("scan_order", ["snake", "snake_outputs"])
-@pytest.mark.parametrize("decay_kind", ["selective", "selective_vector"])
+@pytest.mark.parametrize("decay_kind, scan_order", fast_first(
+    [("selective_vector", "snake"), ("selective_vector", "snake_outputs"),
+     ("selective", "snake"), ("selective", "snake_outputs")], fast=[("selective_vector", "snake")],
+    unpack=True))
 def test_gradients_match_finite_differences_and_agree_between_forms(decay_kind, scan_order):
   q, k, v, log_decays, key_mask = make_inputs(GRID, decay_kind, seed=3)
   weights = np.random.default_rng(4).normal(size=v.shape)
@@ -318,8 +329,9 @@ def test_snake_mixer_owns_a_second_decay_set_that_the_optimiser_files_under_deca
   assert {optim.group_of(name, groups) for name in column} == {"decay"}
 
 
-@pytest.mark.parametrize("scan_order, decay", [("snake", "selective"), ("snake", "fixed"),
-                                               ("snake_outputs", "selective")])
+@pytest.mark.parametrize("scan_order, decay", fast_first(
+    [("snake", "selective"), ("snake", "fixed"), ("snake_outputs", "selective")],
+    fast=[("snake", "selective")], unpack=True))
 def test_snake_model_gives_the_same_logits_in_every_form_and_gradients_reach_both_decay_sets(
     scan_order, decay):
   import optax
