@@ -702,23 +702,10 @@ def training_curve(workdir: str | None) -> list[dict[str, Any]]:
 
 
 def plot_curve(curve: list[dict[str, Any]], path: pathlib.Path) -> None:
-  import matplotlib  # pylint: disable=import-outside-toplevel
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
-  fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-  for ax, metric in zip(axes, ("loss", "accuracy")):
-    for prefix, style in (("train_", "-"), ("eval_", "o-")):
-      points = [(r["step"], r[prefix + metric]) for r in curve if prefix + metric in r]
-      if points:
-        ax.plot(*zip(*points), style, label=prefix.rstrip("_"), markersize=3)
-    ax.set_xlabel("step")
-    ax.set_ylabel(metric)
-    ax.grid(alpha=0.3)
-    ax.legend()
-  fig.suptitle("generated ListOps, LION-S")
-  fig.tight_layout()
-  fig.savefig(path, dpi=100)
-  plt.close(fig)
+  if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+  from lra import metrics  # pylint: disable=import-outside-toplevel  (numpy and matplotlib only)
+  metrics.plot_rows(curve, path, title="generated ListOps, LION-S")
 
 
 def _table(header, rows) -> str:

@@ -19,7 +19,6 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
-import tensorboardX
 
 METRICS_FILE = "metrics.jsonl"
 CURVES_FILE = "curves.png"
@@ -57,6 +56,9 @@ class EventWriter:
     # tensorboardX names files by the second and host, and truncates an existing name: the pid
     # and nanoseconds keep two writers started in the same second apart.
     suffix = f".{os.getpid()}.{time.time_ns() % 10**9:09d}"
+    # Imported here so that reading and plotting metrics needs nothing beyond numpy/matplotlib
+    # (bench/accelerator.py plots a run from a process that lacks the project's wheels).
+    import tensorboardX  # pylint: disable=import-outside-toplevel
     self._writer = tensorboardX.SummaryWriter(str(logdir), purge_step=purge_step,
                                               filename_suffix=suffix)
 
@@ -111,11 +113,15 @@ def read_metrics(workdir: str | os.PathLike) -> list[dict]:
 
 def plot_curves(workdir: str | os.PathLike) -> Path:
   """Draws loss and accuracy against step (train and eval) into `curves.png`."""
+  return plot_rows(read_metrics(workdir), Path(workdir) / CURVES_FILE, title=Path(workdir).name)
+
+
+def plot_rows(rows: list[dict], out: str | os.PathLike, title: str) -> Path:
+  """Loss and accuracy against step, train and eval, from `metrics.jsonl` rows, into `out`."""
   import matplotlib  # pylint: disable=import-outside-toplevel
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
 
-  rows = read_metrics(workdir)
   fig, axes = plt.subplots(1, 2, figsize=(10, 4))
   for ax, metric in zip(axes, ("loss", "accuracy")):
     for prefix, style in (("train_", "-"), ("eval_", "o-")):
@@ -126,9 +132,8 @@ def plot_curves(workdir: str | os.PathLike) -> Path:
     ax.set_ylabel(metric)
     ax.grid(alpha=0.3)
     ax.legend()
-  fig.suptitle(Path(workdir).name)
+  fig.suptitle(title)
   fig.tight_layout()
-  out = Path(workdir) / CURVES_FILE
   fig.savefig(out, dpi=100)
   plt.close(fig)
-  return out
+  return Path(out)
