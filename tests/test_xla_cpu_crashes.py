@@ -46,7 +46,10 @@ def _run(cmd, env, timeout=600) -> subprocess.CompletedProcess:
   return proc
 
 
-@pytest.mark.parametrize("setting", FLAG_SETTINGS)
+# With YNN fusions on in `make test` (the stronger check: the kernel itself must be safe); with
+# lion-jax's flags in `make test-all` (the training runs below take that path in `make test`).
+@pytest.mark.parametrize("setting", [
+    "ynn_fusions_on", pytest.param("lion_jax_flags", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("case", CASES)
 def test_known_crash_case_runs_and_matches_float64(case, setting):
   proc = _run([sys.executable, "-m", "tests.xla_crash_cases", case],
