@@ -2,7 +2,14 @@
 than they save), and no global float64 (tests that need it use `jax.enable_x64(True)`)."""
 
 import jax
+import pytest
 
 import lion_jax  # noqa: F401  (sets lion-jax's XLA:CPU flags before any test starts a backend)
 
 jax.config.update("jax_disable_most_optimizations", True)
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+  """A data root shared by one test module's training runs (ListOps is generated into it once)."""
+  return tmp_path_factory.mktemp("listops_data")

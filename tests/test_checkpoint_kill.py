@@ -88,11 +88,6 @@ def fake_validate(real_validate):
 
 
 @pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-  return tmp_path_factory.mktemp("listops_data")
-
-
-@pytest.fixture(scope="module")
 def uninterrupted(data_dir, tmp_path_factory):
   workdir = tmp_path_factory.mktemp("uninterrupted")
   return run_training(data_dir, workdir)

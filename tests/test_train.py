@@ -38,11 +38,6 @@ def tiny_config(data_dir, arg="lion_s,runlocal", **overrides):
 
 
 @pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-  return tmp_path_factory.mktemp("listops_data")
-
-
-@pytest.fixture(scope="module")
 def finished_run(data_dir, tmp_path_factory):
   """One complete tiny run, shared by the tests that only read its outputs."""
   workdir = tmp_path_factory.mktemp("run")

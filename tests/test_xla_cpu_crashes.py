@@ -1,9 +1,9 @@
 """Everything that has crashed XLA:CPU runs in a fresh process: a segfault fails one test.
 
-Each kernel case runs twice: with lion-jax's own XLA flags (`lion_jax.xla_flags`, YNN fusions
-off) and with the YNN fusions a user may switch on (`dot,reduce,eltwise`), which crashed the
-kernel as it was before its exact vector block became a contraction. The second run is what shows that the
-kernel itself is safe, whatever the flags.
+Each kernel case runs with the YNN fusions a user may switch on (`dot,reduce,eltwise`), which
+crashed the kernel as it was before its exact vector block became a contraction: that shows the
+kernel itself is safe, whatever the flags. `make test-all` also runs it with lion-jax's own XLA
+flags (`lion_jax.xla_flags`, YNN fusions off), the path the training runs below take.
 """
 
 import json
