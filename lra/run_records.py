@@ -49,20 +49,58 @@ def _pid_alive(pid: int) -> bool:
   return True
 
 
+def _held_by_live_process(lock: Path) -> bool:
+  try:
+    return _pid_alive(int(lock.read_text().split()[0]))
+  except (ValueError, IndexError, OSError):  # no lock, or one being written or removed
+    return False
+
+
 def status(run: Run) -> str:
   """"done", "failed", "running" (another live sweep holds it), "partial" or "new"."""
   if (run.workdir / RESULTS_FILE).exists():
     return "done"
   if (run.workdir / FAILED_FILE).exists():
     return "failed"
-  lock = run.workdir / LOCK_FILE
-  if lock.exists():
-    try:
-      if _pid_alive(int(lock.read_text().split()[0])):
-        return "running"
-    except (ValueError, IndexError, OSError):
-      pass
+  if _held_by_live_process(run.workdir / LOCK_FILE):
+    return "running"
   return "partial" if (run.workdir / "checkpoints").exists() else "new"
+
+
+def claim(run: Run) -> bool:
+  """Takes the run's lock for this process, atomically: False if a live sweep holds it.
+
+  Two sweeps over one workdir (or one sweep started twice) must never train the same run at
+  once: both would write the same checkpoints. The lock appears by a hard link of a file that
+  already holds this pid, so it is never seen half-written, and of two processes claiming a
+  run at the same moment exactly one succeeds. A lock left by a dead sweep is taken over.
+  """
+  run.workdir.mkdir(parents=True, exist_ok=True)
+  lock = run.workdir / LOCK_FILE
+  mine = run.workdir / f"{LOCK_FILE}.{os.getpid()}"
+  mine.write_text(f"{os.getpid()}\n")
+  try:
+    for _ in range(3):  # a stale lock is removed, then claimed again; a lasting race gives up
+      try:
+        os.link(mine, lock)
+        return True
+      except FileExistsError:
+        if _held_by_live_process(lock):
+          return False
+        lock.unlink(missing_ok=True)  # its sweep died without removing it
+    return False
+  finally:
+    mine.unlink(missing_ok=True)
+
+
+def release(run: Run) -> None:
+  """Removes the run's lock if this process holds it."""
+  lock = run.workdir / LOCK_FILE
+  try:
+    if int(lock.read_text().split()[0]) == os.getpid():
+      lock.unlink()
+  except (ValueError, IndexError, OSError):
+    pass
 
 
 def exception_type(error: BaseException) -> str:

@@ -38,8 +38,8 @@ from concurrent import futures
 from pathlib import Path
 
 from configs import ablations, common
-from lra.run_records import (COMMAND_FILE, FAILED_FILE, LOCK_FILE, LOG_FILE, RESULTS_FILE, Run,
-                             read_failure, status)
+from lra.run_records import (COMMAND_FILE, FAILED_FILE, LOG_FILE, RESULTS_FILE, Run, claim,
+                             read_failure, release, status)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -117,11 +117,16 @@ def _die_with_parent() -> None:
 
 
 def execute(run: Run, stop: threading.Event | None = None) -> str:
-  """Trains (or resumes) one run in a subprocess; returns its status afterwards."""
-  run.workdir.mkdir(parents=True, exist_ok=True)
-  lock = run.workdir / LOCK_FILE
-  lock.write_text(f"{os.getpid()}\n")
+  """Trains (or resumes) one run in a subprocess; returns its status afterwards.
+
+  A run that another live sweep has claimed since this sweep made its plan is left alone
+  ("running"), and one it has finished meanwhile is not trained again.
+  """
+  if not claim(run):
+    return status(run)
   try:
+    if status(run) in ("done", "failed"):
+      return status(run)
     (run.workdir / COMMAND_FILE).write_text(shlex.join(run.command) + "\n")
     with open(run.workdir / LOG_FILE, "a", encoding="utf-8") as log:
       log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} {shlex.join(run.command)}\n")
@@ -137,7 +142,7 @@ def execute(run: Run, stop: threading.Event | None = None) -> str:
       (run.workdir / FAILED_FILE).write_text(
           json.dumps({**failure, "returncode": proc.returncode}, indent=2) + "\n", encoding="utf-8")
   finally:
-    lock.unlink(missing_ok=True)
+    release(run)
   return status(run)
 
 
@@ -234,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--runlocal", action="store_true", help="tiny smoke runs (configs/common.RUNLOCAL)")
   parser.add_argument("--cpu", action="store_true", help="the reduced CPU preset (configs/ablations.py)")
   parser.add_argument("--cpu-long", dest="cpu_long", action="store_true",
-                      help="long ListOps at L = 1024 on the CPU (configs/ablations.py)")
+                      help="long ListOps (250-500 tokens at L = 512) on the CPU (configs/ablations.py)")
   parser.add_argument("--set", dest="sets", action="append", default=[], metavar="FIELD=VALUE",
                       help="config override for every run, e.g. --set num_train_steps=100")
   parser.add_argument("--parallel", type=int, default=1, help="runs at a time")

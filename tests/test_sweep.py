@@ -4,6 +4,7 @@ import csv
 import json
 import os
 import shlex
+import subprocess
 import sys
 
 import pytest
@@ -113,6 +114,29 @@ def test_a_run_that_exits_without_a_record_gets_one_from_the_sweep(tmp_path):
   assert run_records.read_failure(exits.workdir) == {
       "type": None, "returncode": 3,
       "message": "exited with status 3 without a failure record (e.g. a flag error); see sweep.log"}
+
+
+
+def test_a_run_another_live_sweep_holds_is_not_trained_twice(tmp_path):
+  """Two sweeps over one workdir: the one that claims a run first trains it; the other, whose
+  plan listed the run before that claim, skips it instead of writing the same checkpoints."""
+  marker = tmp_path / "trained"
+  run = run_records.Run("listops", "lion_s", 0, tmp_path / "run",
+                        (sys.executable, "-c", f"open({str(marker)!r}, 'a').write('x')"))
+  other_sweep = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+  try:
+    run.workdir.mkdir(parents=True)
+    (run.workdir / run_records.LOCK_FILE).write_text(f"{other_sweep.pid}\n")
+    assert sweep.execute(run) == "running" and not marker.exists()
+  finally:
+    other_sweep.kill()
+    other_sweep.wait()
+  # Its sweep died: the stale lock is taken over, held once, and released after the run.
+  assert run_records.claim(run) and not run_records.claim(run)
+  run_records.release(run)
+  assert sweep.execute(run) == "new" and marker.read_text() == "x"
+  assert not (run.workdir / run_records.LOCK_FILE).exists()
+  assert sorted(p.name for p in run.workdir.iterdir()) == ["command.txt", "sweep.log"]
 
 
 def test_failure_records_name_the_exception_and_tell_divergence_apart(tmp_path):
