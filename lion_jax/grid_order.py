@@ -18,8 +18,10 @@ gate for LION-S). `scan_order` picks how the two are combined:
   snake_outputs  Y = ½(Scale(QKᵀ ⊙ M^row) V + Scale(QKᵀ ⊙ M^col) V)               (paper §C.11 text)
 
 Every form of `lion_attention` evaluates each order in that order, so no L×L mask is built
-beyond what the form itself builds: the tokens are gathered into the order, both orders run
-as one batch of 2B sequences, and the results are gathered back to raster positions. With
+beyond what the form itself builds: the tokens are moved into the order, both orders run as
+one batch of 2B sequences, and the results are moved back to raster positions. The moves are
+reshapes, transposes and reversals of odd rows, not gathers: a gather's gradient is a
+scatter-add, which cost 7-9% of the snake attention's fwd+bwd on the CPU (docs/benchmarks.md). With
 normalize="after", "snake" needs each order's numerator Σ_j (q_i·k_j) M^π_ij v_j and decayed
 normaliser Σ_j (q_i·k_j) M^π_ij before the division: both come from one unnormalised call on
 values with one channel of ones per decay channel appended. With normalize="before" or
@@ -31,7 +33,8 @@ Shapes follow the legend in `lion_jax.masks`; S = number of scans of an order (1
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import jax.numpy as jnp
 import numpy as np
@@ -65,11 +68,52 @@ def column_snake_order(height: int, width: int) -> np.ndarray:
   return grid.reshape(-1)
 
 
-# The scans of each order, in the order their log-decays are passed.
-SCANS: dict[ScanOrder, tuple] = {
-    ScanOrder.RASTER: (raster_order,),
-    ScanOrder.SNAKE: (row_snake_order, column_snake_order),
-    ScanOrder.SNAKE_OUTPUTS: (row_snake_order, column_snake_order),
+def _reverse_odd_rows(rows):
+  """[B, R, C, ...] -> the same with rows 1, 3, 5, ... reversed along C (its own inverse)."""
+  odd = (np.arange(rows.shape[1]) % 2 == 1).reshape((1, -1) + (1,) * (rows.ndim - 2))
+  return jnp.where(odd, jnp.flip(rows, axis=2), rows)
+
+
+def _into_row_snake(x, height: int, width: int):
+  """[B, L, ...] raster -> row snake: x[:, row_snake_order(H, W)], and also its inverse."""
+  rows = x.reshape((x.shape[0], height, width) + x.shape[2:])  # [B, H, W, ...]
+  return _reverse_odd_rows(rows).reshape(x.shape)
+
+
+def _into_column_snake(x, height: int, width: int):
+  """[B, L, ...] raster -> column snake: x[:, column_snake_order(H, W)]."""
+  rows = x.reshape((x.shape[0], height, width) + x.shape[2:])  # [B, H, W, ...]
+  return _reverse_odd_rows(jnp.swapaxes(rows, 1, 2)).reshape(x.shape)  # columns as rows
+
+
+def _out_of_column_snake(x, height: int, width: int):
+  """[B, L, ...] column snake -> raster, the inverse of `_into_column_snake`."""
+  columns = _reverse_odd_rows(x.reshape((x.shape[0], width, height) + x.shape[2:]))
+  return jnp.swapaxes(columns, 1, 2).reshape(x.shape)  # [B, H, W, ...] -> [B, L, ...]
+
+
+class Scan(NamedTuple):
+  """One token order of an H×W grid.
+
+  Attributes:
+    order: (H, W) -> [L] the raster index of each visited token; the definition (tests, pictures).
+    into: ([B, L, ...], H, W) -> the same tokens in this order, `x[:, order(H, W)]`.
+    out_of: the inverse of `into`, back to raster positions.
+  """
+  order: Callable[[int, int], np.ndarray]
+  into: Callable
+  out_of: Callable
+
+
+ROW_SNAKE = Scan(row_snake_order, _into_row_snake, _into_row_snake)  # an involution
+COLUMN_SNAKE = Scan(column_snake_order, _into_column_snake, _out_of_column_snake)
+
+# The scans of each order, in the order their log-decays are passed; raster has one scan that
+# `grid_lion_attention` hands to `lion_attention` unmoved.
+SCANS: dict[ScanOrder, tuple[Scan, ...]] = {
+    ScanOrder.RASTER: (Scan(raster_order, None, None),),
+    ScanOrder.SNAKE: (ROW_SNAKE, COLUMN_SNAKE),
+    ScanOrder.SNAKE_OUTPUTS: (ROW_SNAKE, COLUMN_SNAKE),
 }
 
 
@@ -140,7 +184,7 @@ def grid_lion_attention(q, k, v, log_decays: Sequence, *, grid=None,
     got = (f"{len(log_decays)} of them" if isinstance(log_decays, (list, tuple))
            else f"a {type(log_decays).__name__}")
     raise ValueError(f"scan_order={scan_order.value!r} takes log_decays as a list or tuple of "
-                     f"{len(scans)}, one per scan ({', '.join(s.__name__ for s in scans)}); "
+                     f"{len(scans)}, one per scan ({', '.join(s.order.__name__ for s in scans)}); "
                      f"got {got}.")
   options = dict(form=form, convention=convention, chunk_size=chunk_size)
   if scan_order is ScanOrder.RASTER:  # the grid is not used (nor checked: any L runs)
@@ -158,8 +202,6 @@ def grid_lion_attention(q, k, v, log_decays: Sequence, *, grid=None,
     choices = ", ".join(repr(member.value) for member in Normalize)
     raise ValueError(f"normalize={normalize!r} is not one of {choices}.") from None
 
-  orders = [scan(height, width) for scan in scans]  # S × [L] raster index of each visited token
-  inverses = [np.argsort(order) for order in orders]  # S × [L] position of each raster token
   value_dim = v.shape[-1]
   dtype = jnp.promote_types(jnp.promote_types(q.dtype, v.dtype), jnp.float32)
   decays = [per_token_log_decay(a, batch, length, heads, value_dim, dtype)
@@ -168,16 +210,16 @@ def grid_lion_attention(q, k, v, log_decays: Sequence, *, grid=None,
   decays = [jnp.broadcast_to(d, d.shape[:-1] + (groups,)) for d in decays]  # S × [B, L, H, G]
 
   def along_orders(x):  # [B, L, ...] raster -> [S·B, L, ...] each scan's copy in its own order
-    return jnp.concatenate([jnp.take(x, order, axis=1) for order in orders], axis=0)
+    return jnp.concatenate([scan.into(x, height, width) for scan in scans], axis=0)
 
   def back_to_raster(y):  # [S·B, L, ...] -> S × [B, L, ...] at raster positions
-    return [jnp.take(part, inverse, axis=1)
-            for part, inverse in zip(jnp.split(y, len(orders), axis=0), inverses)]
+    return [scan.out_of(part, height, width)
+            for part, scan in zip(jnp.split(y, len(scans), axis=0), scans)]
 
   q_s, k_s = along_orders(q), along_orders(k)  # [S·B, L, H, K]
   key_mask_s = None if key_mask is None else along_orders(jnp.asarray(key_mask))  # [S·B, L]
   # Each scan's own decays go with that scan's copy of the tokens.
-  decay_s = jnp.concatenate([jnp.take(d, order, axis=1) for d, order in zip(decays, orders)],
+  decay_s = jnp.concatenate([scan.into(d, height, width) for d, scan in zip(decays, scans)],
                             axis=0)  # [S·B, L, H, G]
 
   if scan_order is ScanOrder.SNAKE and normalize is Normalize.AFTER:
@@ -189,7 +231,7 @@ def grid_lion_attention(q, k, v, log_decays: Sequence, *, grid=None,
                      else jnp.concatenate([decay_s, decay_s], axis=-1))  # [S·B, L, H(, 2V)]
     sums = lion_attention(q_s, k_s, carried, carried_decay, normalize="none",
                           key_mask=key_mask_s, **options)  # [S·B, L, H, V+G]
-    sums = sum(back_to_raster(sums)) / len(orders)  # [B, L, H, V+G]
+    sums = sum(back_to_raster(sums)) / len(scans)  # [B, L, H, V+G]
     out = sums[..., :value_dim] / (sums[..., value_dim:] + eps)  # [B, L, H, V]
     return out.astype(v.dtype)
 
@@ -197,4 +239,4 @@ def grid_lion_attention(q, k, v, log_decays: Sequence, *, grid=None,
   outputs = lion_attention(q_s, k_s, along_orders(v.astype(dtype)),
                            decay_s[..., 0] if groups == 1 else decay_s, normalize=normalize,
                            key_mask=key_mask_s, eps=eps, **options)  # [S·B, L, H, V]
-  return (sum(back_to_raster(outputs)) / len(orders)).astype(v.dtype)
+  return (sum(back_to_raster(outputs)) / len(scans)).astype(v.dtype)

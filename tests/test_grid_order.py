@@ -87,6 +87,19 @@ def test_orders_visit_the_grid_as_drawn():
   np.testing.assert_array_equal(grid_order.raster_order(3, 4), np.arange(12))
 
 
+@pytest.mark.parametrize("grid", [(3, 5), (4, 4), (1, 6), (6, 1), (5, 2)])
+@pytest.mark.parametrize("scan", [grid_order.ROW_SNAKE, grid_order.COLUMN_SNAKE],
+                         ids=["row_snake", "column_snake"])
+def test_moving_tokens_into_an_order_is_indexing_by_it(grid, scan):
+  """`into` is x[:, order] and `out_of` undoes it, for trailing axes of any rank."""
+  height, width = grid
+  x = np.random.default_rng(0).normal(size=(2, height * width, 3, 2))  # [B, L, H, V]
+  x = x.astype(np.float32)  # compared bit for bit: no dtype change on the way in
+  into = scan.into(jnp.asarray(x), height, width)
+  np.testing.assert_array_equal(into, x[:, scan.order(height, width)])
+  np.testing.assert_array_equal(scan.out_of(into, height, width), x)
+
+
 def test_reference_masks_are_the_products_along_each_snake():
   """Guards the reference: 2×2 grid, one λ per token; the row snake visits 0 1 3 2 and the
   column snake 0 2 3 1, so e.g. M_row[0, 2] = λ₁λ₃λ₂ but M_col[0, 2] = λ₂ (symmetric)."""
