@@ -19,7 +19,9 @@ number beside each; `configs/ablations.PAPER`) and `results.png` (bars per task)
 
 `--list` prints one shell command per unfinished run for a cluster scheduler (generate the
 data first with `--prepare-only`: parallel jobs must not generate the same data set at once).
-Variant groups: `table3`, `table6` (`configs/ablations.GROUPS`) and `all`.
+Variant groups: `table3`, `table6`, `selective`, `hippo_vs_random`, `snake`
+(`configs/ablations.GROUPS`) and `all`. The snake variants (LION♮) run on the image tasks only;
+other tasks skip them.
 """
 
 from __future__ import annotations
@@ -52,15 +54,16 @@ def expand_variants(spec: str) -> list[str]:
   """
   names: list[str] = []
   for item in (s.strip() for s in spec.split(",") if s.strip()):
+    known = common.VARIANTS | common.GRID_VARIANTS
     if item == "all":
-      group = tuple(common.VARIANTS)
+      group = tuple(known)
     elif item in ablations.GROUPS:
       group = ablations.GROUPS[item]
-    elif item in common.VARIANTS:
+    elif item in known:
       group = (item,)
     else:
       raise ValueError(f"unknown variant or group {item!r}; groups: all, "
-                       f"{', '.join(ablations.GROUPS)}; variants: {', '.join(common.VARIANTS)}")
+                       f"{', '.join(ablations.GROUPS)}; variants: {', '.join(known)}")
     names += [n for n in group if n not in names]
   return names
 
@@ -92,7 +95,8 @@ def plan(tasks: list[str], variants: list[str], seeds: list[int], workdir: str |
   base = Path() if Path.cwd().resolve() == ROOT else ROOT
   runs = []
   for task in tasks:
-    for variant in variants:
+    # A grid variant (LION♮) exists only for the image tasks; other tasks skip it.
+    for variant in (v for v in variants if v in common.task_variants(task)):
       for seed in seeds:
         run_dir = Path(workdir) / task / variant / f"seed{seed}"
         arg = ",".join([variant, *flags])
@@ -258,6 +262,12 @@ def main(argv: list[str] | None = None) -> int:
   flags = tuple(f for f in ("runlocal", "cpu", "cpu_long") if getattr(args, f))
   runs = plan(tasks, variants, seeds, args.workdir, flags=flags, sets=tuple(args.sets),
               python=args.python)
+  skipped = [f"{v} on {t}" for t in tasks for v in variants if v not in common.task_variants(t)]
+  if skipped:
+    print(f"sweep: not run (grid variants need an image task): {', '.join(skipped)}", flush=True)
+  if not runs:
+    raise SystemExit(f"sweep: no task of --tasks {args.tasks} has any of the variants "
+                     f"{', '.join(variants)}; snake variants need image, pathfinder or pathx")
   if args.list:
     for run in runs:
       if status(run) != "done":

@@ -71,7 +71,12 @@ def _paper(value: float | None) -> str:
   return "✗" if value is None else f"{value:.2f}"
 
 
-def _cell(cell: dict, paper: float | None) -> str:
+_NOT_A_PAPER_ROW = object()  # a variant the paper has no row for: no number in parentheses
+
+
+def _cell(cell: dict | None, paper) -> str:
+  if cell is None:  # the variant does not exist for the task (a snake variant on ListOps)
+    return "n/a"
   if cell["values"]:
     mean, std = _mean_std(cell["values"])
     ours = f"{mean:.2f}" + (f" ± {std:.2f}" if std is not None else "")
@@ -81,7 +86,8 @@ def _cell(cell: dict, paper: float | None) -> str:
     ours = "–"
   notes = [f"{cell['failed']} ✗"] if cell["failed"] and cell["values"] else []
   notes += [f"{cell['pending']} unfinished"] if cell["pending"] else []
-  return f"{ours} ({_paper(paper)})" + (f" [{', '.join(notes)}]" if notes else "")
+  theirs = "" if paper is _NOT_A_PAPER_ROW else f" ({_paper(paper)})"
+  return f"{ours}{theirs}" + (f" [{', '.join(notes)}]" if notes else "")
 
 
 def markdown(records: list[dict], tasks: list[str], variants: list[str], settings: str = "") -> str:
@@ -91,15 +97,19 @@ def markdown(records: list[dict], tasks: list[str], variants: list[str], setting
   head = [ablations.TASK_LABELS[t] for t in tasks] + (["Avg"] if len(tasks) > 1 else [])
   lines = ["| Model | " + " | ".join(head) + " |", "|---|" + "---|" * len(head)]
   for variant in variants:
-    paper = ablations.PAPER.get(variant, {})
-    row = [_cell(cells[(variant, t)], paper.get(t)) for t in tasks]
+    paper = ablations.PAPER.get(variant)
+    row = [_cell(cells.get((variant, t)), _NOT_A_PAPER_ROW if paper is None else paper.get(t))
+           for t in tasks]
     if len(tasks) > 1:
-      means = [_mean_std(cells[(variant, t)]["values"])[0] if cells[(variant, t)]["values"]
-               else None for t in tasks]
-      papers = [paper.get(t) for t in tasks]
+      values = [cells.get((variant, t), {}).get("values") for t in tasks]
+      means = [_mean_std(v)[0] if v else None for v in values]
       ours = f"{statistics.fmean(means):.2f}" if None not in means else "–"
-      theirs = f"{statistics.fmean(papers):.2f}" if papers and None not in papers else "✗"
-      row.append(f"{ours} ({theirs})")
+      if paper is None:
+        row.append(ours)
+      else:
+        papers = [paper.get(t) for t in tasks]
+        row.append(f"{ours} ({statistics.fmean(papers):.2f})" if None not in papers
+                   else f"{ours} (✗)")
     lines.append(f"| {ablations.LABELS.get(variant, variant)} | " + " | ".join(row) + " |")
   done = sum(r["status"] == "done" for r in records)
   notes = [
@@ -107,8 +117,9 @@ def markdown(records: list[dict], tasks: list[str], variants: list[str], setting
       f"Test accuracy (%) at the best-validation step: our mean ± sample std over seeds "
       f"{', '.join(map(str, seeds))} ({done} of {len(records)} runs finished), and in "
       "parentheses the paper's number (LION Tables 3 and 6; ✗ = the paper reports a failure "
-      "or no entry). `✗ diverged`: our run stopped on a non-finite loss. Avg: over the "
-      "columns shown, only when every column has a number.",
+      "or no entry; none for variants that are not rows of those tables). `✗ diverged`: our "
+      "run stopped on a non-finite loss. n/a: the variant does not exist for the task. Avg: "
+      "over the columns shown, only when every column has a number.",
   ]
   if settings:
     notes.append(f"Sweep settings: `{settings}`.")
@@ -125,7 +136,9 @@ def plot(records: list[dict], tasks: list[str], variants: list[str], path: Path)
                            squeeze=False, sharey=True)
   for ax, task in zip(axes[0], tasks):
     for x, variant in enumerate(variants):
-      cell, paper = cells[(variant, task)], ablations.PAPER.get(variant, {}).get(task)
+      cell, paper = cells.get((variant, task)), ablations.PAPER.get(variant, {}).get(task)
+      if cell is None:  # the variant does not exist for the task
+        continue
       if cell["values"]:
         mean, std = _mean_std(cell["values"])
         ax.bar(x, mean, color="C0", alpha=0.8, yerr=std, capsize=3,

@@ -60,7 +60,8 @@ def test_every_table_row_is_a_variant_and_every_variant_is_expected():
   assert set(EXPECTED) == set(common.VARIANTS)
   assert not set(ablations.ABLATION_VARIANTS) & {"lion_s", "lion_d", "lion_lit"}
   for group in ablations.GROUPS.values():
-    assert set(group) <= set(common.VARIANTS) and len(set(group)) == len(group)
+    assert set(group) <= set(common.VARIANTS | common.GRID_VARIANTS)
+    assert len(set(group)) == len(group)
   assert len(ablations.GROUPS["table3"]) == 5 and len(ablations.GROUPS["table6"]) == 8
 
 
@@ -76,7 +77,8 @@ def test_variant_differs_from_lion_s_in_exactly_its_fields(task, flags):
 
 def test_paper_numbers_cover_every_paper_row_and_task():
   paper_rows = set(ablations.GROUPS["table3"]) | set(ablations.GROUPS["table6"])
-  assert set(ablations.PAPER) == paper_rows and set(common.VARIANTS) <= set(ablations.LABELS)
+  assert set(ablations.PAPER) == paper_rows
+  assert set(common.VARIANTS | common.GRID_VARIANTS) <= set(ablations.LABELS)
   for variant in paper_rows:
     assert set(ablations.PAPER[variant]) == set(common.TASKS) == set(ablations.TASK_LABELS)
     for task, value in ablations.PAPER[variant].items():
@@ -111,12 +113,16 @@ def test_cpu_preset_shrinks_the_run_but_not_the_variant(task):
 
 def test_cpu_long_preset_is_long_listops_with_the_papers_timescales():
   full, long = _config("listops", "lion_s"), _config("listops", "lion_s,cpu_long")
-  # Expressions of 500-1000 tokens at L = 1024: the lower half of the task's 500-2000 at 2048.
-  assert long.seq_len == 1024 and long.generate.max_length <= long.seq_len
-  assert long.generate.min_length >= 500 and long.data_dir.startswith(ablations.CPU_DATA_DIR)
-  # The paper's Δ range (memories of ~20-2000 tokens), not the `cpu` preset's scaled one.
+  short = _config("listops", "lion_s,cpu")
+  # Expressions of 250-500 tokens at L = 512: several times the `cpu` preset's 50-150.
+  assert long.seq_len == 512 and long.generate.max_length <= long.seq_len
+  assert long.generate.min_length >= 250 > short.generate.max_length
+  assert long.data_dir.startswith(ablations.CPU_DATA_DIR) and long.data_dir != short.data_dir
+  # The paper's Δ range (memories of ~10-1000 tokens), not the `cpu` preset's scaled one.
   assert (long.model.dt_min, long.model.dt_max) == (full.model.dt_min, full.model.dt_max)
-  assert long.model.decay_shape == "vector" and long.model.d_model < full.model.d_model
+  # The `cpu` preset's model (the one that learnt ListOps on the CPU), vector decays.
+  assert long.model.decay_shape == "vector" and long.model.d_model == short.model.d_model
+  assert long.model.num_heads == short.model.num_heads
   assert long.num_train_steps % long.eval_every_steps == 0
   for variant in ablations.GROUPS["hippo_vs_random"]:  # the variant's fields survive the preset
     assert _diff(_config("listops", variant), _config("listops", variant + ",cpu_long")) == \

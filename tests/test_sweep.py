@@ -180,3 +180,27 @@ def test_table_shows_mean_std_over_seeds_paper_numbers_failures_and_average(tmp_
   errors = {(r["task"], r["variant"], r["seed"]): r["error"]
             for r in csv.DictReader((root / "out/results.csv").open())}
   assert errors[("listops", "abl7_softplus", "0")] == "diverged"
+
+
+def test_snake_variants_run_on_image_tasks_only_and_have_no_paper_number(tmp_path, capsys):
+  """LION♮ exists where the preset knows its grid: a ListOps column says n/a, not a failure,
+  and a variant that is no row of Tables 3/6 gets no number in parentheses (not ✗)."""
+  assert sweep.expand_variants("snake") == ["lion_s", "lion_s_snake", "lion_d", "lion_d_snake"]
+  runs = sweep.plan(["listops", "pathfinder"], sweep.expand_variants("snake"), [0], tmp_path)
+  assert [(r.task, r.variant) for r in runs] == [
+      ("listops", "lion_s"), ("listops", "lion_d"), ("pathfinder", "lion_s"),
+      ("pathfinder", "lion_s_snake"), ("pathfinder", "lion_d"), ("pathfinder", "lion_d_snake")]
+  argv = ["--tasks", "listops", "--variants", "lion_s_snake", "--workdir", str(tmp_path)]
+  with pytest.raises(SystemExit, match="snake variants need image, pathfinder or pathx"):
+    sweep.main(argv + ["--list"])
+  assert "lion_s_snake on listops" in capsys.readouterr().out
+
+  root = tmp_path / "sw"
+  runs = [_fake(root, "listops", "lion_s", 0, 0.40), _fake(root, "pathfinder", "lion_s", 0, 0.70),
+          _fake(root, "pathfinder", "lion_s_snake", 0, 0.60)]
+  os.makedirs(root / "out")
+  sweep_report.write_reports(runs, root / "out", ["listops", "pathfinder"],
+                             ["lion_s", "lion_s_snake"])
+  lines = (root / "out/results.md").read_text().splitlines()
+  assert lines[2] == "| LION-S (w/ HiPPO) | 40.00 (62.25) | 70.00 (91.30) | 55.00 (76.78) |"
+  assert lines[3] == "| LION-S♮ (snake orders) | n/a | 60.00 | – |"
