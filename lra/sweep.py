@@ -174,7 +174,7 @@ def prepare_data(runs: list[Run]) -> None:
       continue
     if values.config.generate:
       print(f"sweep: checking {run.task} data under {values.config.data_dir}", flush=True)
-      train.load_data(values.config)
+      train.load_or_generate(values.config)
 
 
 def run_all(runs: list[Run], parallel: int = 1, retry_failed: bool = False) -> dict[str, int]:

@@ -106,16 +106,19 @@ def load_data(config: config_dict.ConfigDict):
     MissingDataError: naming the file to supply and where.
   """
   if jax.process_count() == 1:
-    return _load_or_generate(config)
+    return load_or_generate(config)
   try:
     if jax.process_index() == 0:
-      return _load_or_generate(config)
+      return load_or_generate(config)
   finally:  # also when process 0 fails: the others then raise the same error, not hang
     multihost_utils.sync_global_devices("lra.train.load_data: process 0 has the data")
-  return _load_or_generate(config)
+  return load_or_generate(config)
 
 
-def _load_or_generate(config: config_dict.ConfigDict):
+def load_or_generate(config: config_dict.ConfigDict):
+  """`load_data` in this process alone, without starting a JAX backend: what a parent process
+  that only prepares data for its children (`lra.sweep`) calls, so that it forks no
+  multithreaded runtime."""
   kwargs = dict(seq_len=config.seq_len or None, max_examples=config.max_examples or None,
                 **config.task_options.to_dict())
   try:
