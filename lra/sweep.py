@@ -280,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
   from lra import sweep_report  # pylint: disable=import-outside-toplevel  (matplotlib)
   out = Path(args.out or args.workdir)
   paths = sweep_report.write_reports(runs, out, tasks, variants, settings=" ".join(
-      [f"--{f}" for f in flags] + [f"--set {s}" for s in args.sets]))
+      [f"--{f.replace('_', '-')}" for f in flags] + [f"--set {s}" for s in args.sets]))
   print(f"sweep: wrote {', '.join(str(p) for p in paths)}")
   return 1 if counts.get("failed") else 0
 
