@@ -27,11 +27,9 @@ other tasks skip them.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import os
 import shlex
-import signal
 import subprocess
 import sys
 import threading
@@ -107,17 +105,28 @@ def plan(tasks: list[str], variants: list[str], seeds: list[int], workdir: str |
   return runs
 
 
-try:  # loaded here, not in the forked child, where dlopen could deadlock on a held lock
-  _LIBC = ctypes.CDLL("libc.so.6", use_errno=True)
-except OSError:
-  _LIBC = None
+# Runs in a fresh interpreter between the sweep and the trainer, never in a forked copy of the
+# sweep (a `preexec_fn` would run Python in a fork of a multithreaded process, which can
+# deadlock): asks Linux to SIGTERM it when the sweep dies, even by SIGKILL, so that no orphan
+# keeps training while a restarted sweep resumes the same workdir, then becomes the trainer
+# (the signal request survives exec). argv: the sweep's pid, then the command.
+_DIE_WITH_PARENT = """\
+import ctypes, os, signal, sys
+ctypes.CDLL("libc.so.6").prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+if os.getppid() != int(sys.argv[1]):  # the sweep died before the request was made
+  sys.exit(128 + signal.SIGTERM)
+os.execvp(sys.argv[2], sys.argv[2:])
+"""
 
 
-def _die_with_parent() -> None:
-  """In the child: get SIGTERM when the sweep dies (even by SIGKILL), so no orphan keeps
-  training while a restarted sweep resumes the same workdir (Linux; a no-op elsewhere)."""
-  if _LIBC is not None:
-    _LIBC.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+def dies_with_this_process(command: tuple[str, ...] | list[str]) -> list[str]:
+  """`command`, wrapped so that it gets SIGTERM when this process dies (Linux only).
+
+  Elsewhere (no PR_SET_PDEATHSIG) the command is returned unchanged.
+  """
+  if not sys.platform.startswith("linux"):
+    return list(command)
+  return [sys.executable, "-c", _DIE_WITH_PARENT, str(os.getpid()), *command]
 
 
 def execute(run: Run, stop: threading.Event | None = None) -> str:
@@ -135,8 +144,8 @@ def execute(run: Run, stop: threading.Event | None = None) -> str:
     with open(run.workdir / LOG_FILE, "a", encoding="utf-8") as log:
       log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} {shlex.join(run.command)}\n")
       log.flush()
-      proc = subprocess.run(run.command, stdout=log, stderr=subprocess.STDOUT, check=False,
-                            preexec_fn=_die_with_parent if _LIBC is not None else None)
+      proc = subprocess.run(dies_with_this_process(run.command), stdout=log,
+                            stderr=subprocess.STDOUT, check=False)
     # > 0: the trainer raised (run.py wrote its failure record) or exited early. < 0: killed by
     # a signal (the sweep was stopped); it resumes later.
     if proc.returncode > 0 and not (stop and stop.is_set()):

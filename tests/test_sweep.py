@@ -4,8 +4,10 @@ import csv
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -118,6 +120,39 @@ def test_a_run_that_exits_without_a_record_gets_one_from_the_sweep(tmp_path):
       "type": None, "returncode": 3,
       "message": "exited with status 3 without a failure record (e.g. a flag error); see sweep.log"}
 
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_run_dies_with_its_sweep_even_when_the_sweep_is_killed(tmp_path):
+  """A sweep killed by SIGKILL takes its trainer with it (no orphan keeps writing checkpoints
+  while a restarted sweep resumes the workdir), and the trainer starts in a fresh interpreter,
+  not in a fork that runs Python (JAX's os.fork() warning would say so)."""
+  child_pid = tmp_path / "child.pid"
+  trainer = [sys.executable, "-c", "import os, sys, time; "
+             f"open({str(child_pid)!r}, 'w').write(str(os.getpid())); time.sleep(120)"]
+  run = f"run_records.Run('listops', 'lion_s', 0, pathlib.Path({str(tmp_path / 'run')!r}), {trainer!r})"
+  sweep_process = subprocess.Popen([sys.executable, "-c",
+                                    "import pathlib, jax; from lra import run_records, sweep; "
+                                    "jax.numpy.zeros(1).block_until_ready(); "  # JAX's threads
+                                    f"sweep.execute({run})"], stderr=subprocess.PIPE, text=True)
+  deadline = time.monotonic() + 60
+  while not child_pid.exists() or not child_pid.read_text():
+    assert time.monotonic() < deadline and sweep_process.poll() is None
+    time.sleep(0.05)
+  pid = int(child_pid.read_text())
+  os.kill(sweep_process.pid, signal.SIGKILL)
+  assert "os.fork() was called" not in sweep_process.communicate()[1]
+  deadline = time.monotonic() + 10
+  while os.path.exists(f"/proc/{pid}") and "Z" not in _process_state(pid):
+    assert time.monotonic() < deadline, f"the trainer (pid {pid}) outlived its killed sweep"
+    time.sleep(0.05)
+
+
+def _process_state(pid):
+  try:
+    with open(f"/proc/{pid}/stat", encoding="utf-8") as stat:
+      return stat.read().rsplit(")", 1)[1].split()[0]
+  except FileNotFoundError:
+    return "gone"
 
 
 def test_a_run_another_live_sweep_holds_is_not_trained_twice(tmp_path):
