@@ -30,6 +30,7 @@ import argparse
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import threading
@@ -112,7 +113,10 @@ def plan(tasks: list[str], variants: list[str], seeds: list[int], workdir: str |
 # (the signal request survives exec). argv: the sweep's pid, then the command.
 _DIE_WITH_PARENT = """\
 import ctypes, os, signal, sys
-ctypes.CDLL("libc.so.6").prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+try:  # the C library of this process, whichever it is (glibc, musl)
+  ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+except (OSError, AttributeError):
+  pass  # no prctl: the run still trains, it just is not stopped with a killed sweep
 if os.getppid() != int(sys.argv[1]):  # the sweep died before the request was made
   sys.exit(128 + signal.SIGTERM)
 os.execvp(sys.argv[2], sys.argv[2:])
@@ -264,6 +268,9 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--out", default=None, help="folder of results.{csv,md,png} (default: --workdir)")
   parser.add_argument("--python", default=sys.executable, help="interpreter in the commands")
   args = parser.parse_args(argv)
+  if shutil.which(args.python) is None:
+    parser.error(f"--python {args.python}: no such executable; pass the path of the Python "
+                 f"that has lion-jax installed (default: this one, {sys.executable})")
 
   tasks = _split_list(args.tasks, common.TASKS, "--tasks")
   variants = expand_variants(args.variants)

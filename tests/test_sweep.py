@@ -63,6 +63,15 @@ def test_cpu_long_lists_the_long_listops_grid(tmp_path, capsys):
   assert "Sweep settings: `--cpu-long`." in (tmp_path / "results.md").read_text()
 
 
+def test_a_missing_interpreter_is_named_before_any_run_starts(tmp_path, capsys):
+  argv = ["--tasks", "listops", "--variants", "lion_s", "--workdir", str(tmp_path),
+          "--python", str(tmp_path / "no-python")]
+  with pytest.raises(SystemExit):
+    sweep.main(argv)
+  assert f"--python {tmp_path / 'no-python'}: no such executable" in capsys.readouterr().err
+  assert not (tmp_path / "listops").exists()
+
+
 def test_sweep_trains_in_parallel_resumes_and_tabulates(tmp_path, capsys):
   root, data = tmp_path / "sw", tmp_path / "data"
   argv = ["--tasks", "listops", "--variants", "lion_lit,lion_s", "--workdir", str(root),
