@@ -1,0 +1,197 @@
+"""Context parallelism: the `chunk_scan` form with the sequence axis split over a mesh axis.
+
+The sequence is cut into P contiguous shards, one per device along the mesh axis. Every shard
+runs the ordinary chunk kernel (`chunkwise.bidirectional_chunk_scan`) on its own tokens, which
+gives every query the keys of its own shard exactly. What the other shards add is linear in
+their keys and values and reaches a query only through the shard boundaries, so each shard
+summarises itself in two K×E states per head (one per direction) and two total log-decays:
+
+  forward   S→_m = Σ_{c ∈ m} exp(Σ_{t=c+1}^{end_m} f_t) k_c u_cᵀ      (to its right edge)
+  backward  S←_m = Σ_{c ∈ m} exp(Σ_{t=start_m}^{c} a_t) k_c u_cᵀ      (to its left edge)
+
+One all-gather of these summaries (a few K×E matrices per head, independent of L) is the only
+communication. Shard s then combines what enters it from the left and from the right,
+
+  in→_s = Σ_{m<s} exp(Σ_{m<p<s} w_p) S→_m,   w_p = f_{start_p} + Σ_{t=start_p+1}^{end_p} f_t
+  in←_s = Σ_{m>s} exp(Σ_{s<p<m} Ā_p) S←_m,    Ā_p = Σ_{t ∈ p} a_t
+
+and a query r of shard s adds exp(Σ_{t=start_s}^{r} f_t) q_r·in→_s + exp(Σ_{t=r+1}^{end_s} a_t)
+q_r·in←_s. The derivation and the two conventions' boundary gate f_{start_s} (a_{start_s} for
+"symmetric", a_{start_s − 1}, the previous shard's last decay, for "code") are in docs/math.md
+("Context parallelism"). Every exponent is a sum of log-decays ≤ 0 accumulated outwards from
+the boundary it is measured to, so the result is the unsharded one to float32 rounding.
+
+Shapes follow the legend in `lion_jax.masks`; additionally P = number of shards along the
+mesh axis, S = tokens per shard.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import PartitionSpec
+
+from lion_jax import chunkwise
+from lion_jax import masks
+
+
+def check_sequence_axis(sequence_axis: str, form: str) -> int:
+  """The size of `sequence_axis` in the current mesh (`jax.set_mesh`).
+
+  Raises:
+    ValueError: `form` cannot be sharded over the sequence, there is no current mesh, or the
+      mesh has no axis of that name; the message names the form and the axis.
+  """
+  if form != "chunk_scan":
+    raise ValueError(f"form={form!r} cannot run with its sequence split over mesh axis "
+                     f"sequence_axis={sequence_axis!r}; only form='chunk_scan' (or 'auto') can. "
+                     "Pass form='chunk_scan' or sequence_axis=None.")
+  mesh = jax.sharding.get_abstract_mesh()
+  names = tuple(mesh.axis_names) if not mesh.empty else ()
+  if sequence_axis not in names:
+    where = (f"the current mesh has axes {names}" if names else
+             "there is no current mesh (enter one with `with jax.set_mesh(mesh):`)")
+    raise ValueError(f"sequence_axis={sequence_axis!r} (form={form!r}) is not an axis of the "
+                     f"current mesh: {where}.")
+  return mesh.shape[sequence_axis]
+
+
+def context_parallel_chunk_scan(q, k, u, log_decay, *, convention: str, chunk_size: int,
+                                sequence_axis: str):
+  """Σ_j (q_i·k_j) M_ij u_j over all keys, with the sequence split over `sequence_axis`.
+
+  Called on global arrays under a mesh (`jax.set_mesh`) that has `sequence_axis`; the other
+  mesh axes stay automatic (XLA partitions the batch over them as the inputs are sharded).
+  L is padded with zero keys up to a multiple of the shard count.
+
+  Args:
+    q: [B, L, H, K] queries.
+    k: [B, L, H, K] keys (zero where a key is masked out).
+    u: [B, L, H, E] carried values.
+    log_decay: [B, L, H, G] log λ, G = 1 or E.
+    convention: "symmetric" or "code" (`lion_jax.masks`).
+    chunk_size: C of each shard's chunk kernel.
+    sequence_axis: the mesh axis the sequence is split over.
+
+  Returns:
+    [B, L, H, E], equal to `chunkwise.bidirectional_chunk_scan` with the gate of `convention`.
+  """
+  shards = check_sequence_axis(sequence_axis, "chunk_scan")
+  length = q.shape[1]
+  pad = -length % shards
+  padded = [jnp.pad(x, [(0, 0), (0, pad), (0, 0), (0, 0)]) for x in (q, k, u, log_decay)]
+  split = PartitionSpec(None, sequence_axis)
+
+  def local(q, k, u, log_decay):
+    return shard_chunk_scan(q, k, u, log_decay, convention=convention, chunk_size=chunk_size,
+                            axis_name=sequence_axis)
+
+  # check_vma=False: the chunk kernel's scans start from fresh zero states, which the
+  # varying-manual-axes check would ask to be cast to "varying" first. Under `jit` also when
+  # called eagerly: eager partially-manual shard_map rejects its own out_specs (jax 0.10.2).
+  out = jax.jit(jax.shard_map(local, in_specs=(split,) * 4, out_specs=split,
+                              axis_names={sequence_axis}, check_vma=False))(*padded)
+  return out[:, :length]
+
+
+def shard_chunk_scan(q, k, u, log_decay, *, convention: str, chunk_size: int, axis_name: str):
+  """One shard's outputs over all keys of all shards; call inside `shard_map` over `axis_name`.
+
+  Args:
+    q, k: [B, S, H, K] this shard's queries and keys.
+    u: [B, S, H, E] this shard's carried values.
+    log_decay: [B, S, H, G] this shard's log λ.
+    convention, chunk_size: as in `context_parallel_chunk_scan`.
+    axis_name: the bound mesh axis the sequence is split over (shard s holds tokens
+      s·S … s·S + S − 1).
+
+  Returns:
+    [B, S, H, E].
+  """
+  local_gate = masks.forward_gate(log_decay, convention)  # [B, S, H, G]; its first entry is
+  # never used by the local kernel (nothing enters the first chunk from the left)
+  out, _ = chunkwise.bidirectional_chunk_scan(q, k, u, local_gate, log_decay, chunk_size)
+
+  # Gates strictly inside the shard (t > start): the boundary gate f_start is the combine's.
+  inner_gate = local_gate.at[:, 0].set(0.0)  # [B, S, H, G]
+  after = _exclusive_suffix_sums(inner_gate)  # Σ_{t=c+1}^{end} f_t
+  upto = jnp.cumsum(log_decay, axis=1)  # Σ_{t=start}^{c} a_t
+  summary = _ShardSummary(
+      forward=jnp.einsum("bshk,bshe->bhke", k, u * jnp.exp(after)),  # [B, H, K, E]
+      backward=jnp.einsum("bshk,bshe->bhke", k, u * jnp.exp(upto)),  # [B, H, K, E]
+      forward_total=inner_gate.sum(axis=1),  # [B, H, G]
+      backward_total=log_decay.sum(axis=1),  # [B, H, G]
+      # "symmetric" gates shard s's first token by its own first decay; "code" by the
+      # previous shard's last one, which only that shard holds.
+      boundary=log_decay[:, 0] if masks.Convention(convention) is masks.Convention.SYMMETRIC
+      else log_decay[:, -1])  # [B, H, G]
+  gathered = summary.all_gather(axis_name)  # every field [P, ...]
+  shard = jax.lax.axis_index(axis_name)
+  boundary = gathered.boundary
+  if masks.Convention(convention) is masks.Convention.CODE:
+    boundary = jnp.concatenate([jnp.zeros_like(boundary[:1]), boundary[:-1]])  # f_{start_p}
+  enter_forward, enter_backward = _entering_states(gathered, boundary, shard)  # [B, H, K, E]
+
+  from_start = jnp.exp(boundary[shard][:, None] + jnp.cumsum(inner_gate, axis=1))  # [B, S, H, G]
+  to_end = jnp.exp(_exclusive_suffix_sums(log_decay))  # [B, S, H, G]
+  return (out + jnp.einsum("bshk,bhke->bshe", q, enter_forward) * from_start
+          + jnp.einsum("bshk,bhke->bshe", q, enter_backward) * to_end)
+
+
+class _ShardSummary:
+  """What one shard tells the others: two states and three log-decays per batch row and head."""
+
+  FIELDS = ("forward", "backward", "forward_total", "backward_total", "boundary")
+
+  def __init__(self, **fields):
+    for name in self.FIELDS:
+      setattr(self, name, fields[name])
+
+  def all_gather(self, axis_name: str) -> _ShardSummary:
+    """Every shard's summary, stacked on a leading [P] axis, by one all-gather of one buffer."""
+    parts = [getattr(self, name) for name in self.FIELDS]
+    batch = parts[0].shape[0]
+    flat = jnp.concatenate([x.reshape(batch, -1) for x in parts], axis=1)  # [B, X]
+    stacked = jax.lax.all_gather(flat, axis_name)  # [P, B, X]
+    fields, offset = {}, 0
+    for name, x in zip(self.FIELDS, parts):
+      size = x[0].size
+      fields[name] = stacked[:, :, offset:offset + size].reshape(stacked.shape[:1] + x.shape)
+      offset += size
+    return _ShardSummary(**fields)
+
+
+def _entering_states(gathered: _ShardSummary, boundary, shard):
+  """The forward state entering shard `shard` from the left and the backward one from the right.
+
+  Args:
+    gathered: every shard's summary, fields [P, B, H, K, E] and [P, B, H, G].
+    boundary: [P, B, H, G] the forward gate f_{start_p} at each shard's first token.
+    shard: this shard's index s.
+
+  Returns:
+    [B, H, K, E] Σ_{m<s} exp(Σ_{m<p<s} w_p) S→_m and [B, H, K, E] Σ_{m>s} exp(Σ_{s<p<m} Ā_p) S←_m.
+  """
+  count = boundary.shape[0]
+  source = jnp.arange(count)[:, None]  # m
+  passed = jnp.arange(count)[None, :]  # p
+  across = boundary + gathered.forward_total  # [P, B, H, G] w_p: the whole shard, from f_start
+
+  def weights(between, sources, log_decays):  # [P(m), P(p)] bool, [P(m)] bool, [P, B, H, G]
+    # Only the shards in between are summed (not differences of running totals), so a long,
+    # strongly decaying shard elsewhere costs no precision; `where`, not a 0/1 matmul, so an
+    # infinite log-decay outside the range is never multiplied by zero.
+    exponent = jnp.where(between[:, :, None, None, None], log_decays[None], 0.0).sum(1)
+    return jnp.where(sources[:, None, None, None], jnp.exp(exponent), 0.0)  # [P, B, H, G]
+
+  left = weights((source < passed) & (passed < shard), jnp.arange(count) < shard, across)
+  right = weights((shard < passed) & (passed < source), jnp.arange(count) > shard,
+                  gathered.backward_total)
+  # [P, B, H, 1, G] against [P, B, H, K, E]: G = 1 decays every carried channel alike.
+  return ((left[..., None, :] * gathered.forward).sum(0),
+          (right[..., None, :] * gathered.backward).sum(0))
+
+
+def _exclusive_suffix_sums(x):
+  """[B, S, H, G] -> Σ_{t > s} x_t along the sequence, accumulated from the end."""
+  return jax.lax.cumsum(x, axis=1, reverse=True) - x
