@@ -30,12 +30,20 @@ def assert_same_run(got_dir, expected_dir):
     assert row == pytest.approx(expected_row, rel=1e-5, abs=1e-6)
 
 
-def test_data_by_sequence_mesh_trains_as_one_device_and_resumes_on_another_mesh(tmp_path):
-  data_dir = tmp_path / "data"
-  one = Job(tmp_path / "logs1", train_args(tmp_path / "one", data_dir, 6), num_processes=1,
-            devices=1)
-  with one:
-    assert one.wait() == [0], one.tail()
+@pytest.fixture(scope="module")
+def one_device(tmp_path_factory):
+  """The 6-step run on one device both tests compare with: (its workdir, its data folder)."""
+  root = tmp_path_factory.mktemp("one_device")
+  with Job(root / "logs", train_args(root / "one", root / "data", 6), num_processes=1,
+           devices=1) as job:
+    assert job.wait() == [0], job.tail()
+  return root / "one", root / "data"
+
+
+def test_data_by_sequence_mesh_trains_as_one_device_and_resumes_on_another_mesh(tmp_path,
+                                                                                 one_device):
+  one_dir, data_dir = one_device
+  shutil.copytree(one_dir, tmp_path / "one")
   with Job(tmp_path / "logs4", [*train_args(tmp_path / "mesh", data_dir, 6), MESH_2X2],
            num_processes=1, devices=4) as job:
     assert job.wait() == [0], job.tail()
@@ -54,17 +62,13 @@ def test_data_by_sequence_mesh_trains_as_one_device_and_resumes_on_another_mesh(
   assert_same_run(tmp_path / "mesh_resumed", tmp_path / "one_resumed")
 
 
-def test_sequence_axis_spanning_two_processes_trains_as_one_device(tmp_path):
-  data_dir = tmp_path / "data"
-  with Job(tmp_path / "logs1", train_args(tmp_path / "one", data_dir, 6), num_processes=1,
-           devices=1) as job:
-    assert job.wait() == [0], job.tail()
+def test_sequence_axis_spanning_two_processes_trains_as_one_device(tmp_path, one_device):
   # Two processes of two devices; `seq` is the process-major axis of the mesh.
   with Job(tmp_path / "logs2", [*train_args(tmp_path / "two", tmp_path / "data2", 6), MESH_2X2],
            num_processes=2, devices=2) as job:
     assert job.wait() == [0, 0], job.tail()
   assert "process 1 of 2" in job.log(1) and "mesh {'data': 2, 'seq': 2}" in job.log(0)
-  assert_same_run(tmp_path / "two", tmp_path / "one")
+  assert_same_run(tmp_path / "two", one_device[0])
 
 
 @pytest.mark.parametrize("shape", [(2,), (0, 1), (1, 0), (-2, 2), ("a", 1)])
