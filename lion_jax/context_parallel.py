@@ -18,7 +18,7 @@ communication. Shard s then combines what enters it from the left and from the r
 and a query r of shard s adds exp(Σ_{t=start_s}^{r} f_t) q_r·in→_s + exp(Σ_{t=r+1}^{end_s} a_t)
 q_r·in←_s. The derivation and the two conventions' boundary gate f_{start_s} (a_{start_s} for
 "symmetric", a_{start_s − 1}, the previous shard's last decay, for "code") are in docs/math.md
-("Context parallelism"). Every exponent is a sum of log-decays ≤ 0 accumulated outwards from
+§4.4. Every exponent is a sum of log-decays ≤ 0 accumulated outwards from
 the boundary it is measured to, so the result is the unsharded one to float32 rounding.
 
 Shapes follow the legend in `lion_jax.masks`; additionally P = number of shards along the
@@ -26,6 +26,8 @@ mesh axis, S = tokens per shard.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -53,6 +55,10 @@ def check_sequence_axis(sequence_axis: str, form: str) -> int:
              "there is no current mesh (enter one with `with jax.set_mesh(mesh):`)")
     raise ValueError(f"sequence_axis={sequence_axis!r} (form={form!r}) is not an axis of the "
                      f"current mesh: {where}.")
+  if dict(zip(names, mesh.axis_types))[sequence_axis] == jax.sharding.AxisType.Explicit:
+    raise ValueError(f"sequence_axis={sequence_axis!r} (form={form!r}) is an Explicit mesh axis; "
+                     "build the mesh with Auto axes (`jax.sharding.Mesh(devices, names)`, or "
+                     "`jax.make_mesh(..., axis_types=(jax.sharding.AxisType.Auto,) * n)`).")
   return mesh.shape[sequence_axis]
 
 
@@ -114,51 +120,76 @@ def shard_chunk_scan(q, k, u, log_decay, *, convention: str, chunk_size: int, ax
 
   # Gates strictly inside the shard (t > start): the boundary gate f_start is the combine's.
   inner_gate = local_gate.at[:, 0].set(0.0)  # [B, S, H, G]
+  # "symmetric" gates shard s's first token by its own first decay; "code" by the previous
+  # shard's last one, which only that shard holds.
+  symmetric = masks.Convention(convention) is masks.Convention.SYMMETRIC
+  summary = _summarise(k, u, log_decay, inner_gate, log_decay[:, 0 if symmetric else -1])
+  gathered = summary.all_gather(axis_name)  # every field [P, ...]
+  shard = jax.lax.axis_index(axis_name)
+  boundary = gathered.boundary
+  if not symmetric:
+    boundary = jnp.concatenate([jnp.zeros_like(boundary[:1]), boundary[:-1]])  # f_{start_p}
+  enter_forward, enter_backward = _entering_states(gathered, boundary, shard)  # [B, H, K, E]
+  return out + _read_entering(q, inner_gate, log_decay, boundary[shard], enter_forward,
+                              enter_backward)
+
+
+# Both O(S·K·E) steps are recomputed in the backward pass rather than saving their
+# [B, S, H, E] intermediates: ~10 KB a token less with vector decays at E = 64, for about the
+# cost of the elementwise work again.
+@jax.checkpoint
+def _summarise(k, u, log_decay, inner_gate, boundary):
+  """The shard's summary (fields of `_ShardSummary`, [B, H, K, E] states and [B, H, G] decays).
+
+  Args:
+    k: [B, S, H, K]; u: [B, S, H, E]; log_decay, inner_gate: [B, S, H, G] (the forward gate
+    with its first entry zeroed); boundary: [B, H, G] the decay the next shard's forward gate
+    needs from this one ("code") or this shard's own first gate ("symmetric").
+  """
   after = _exclusive_suffix_sums(inner_gate)  # Σ_{t=c+1}^{end} f_t
   upto = jnp.cumsum(log_decay, axis=1)  # Σ_{t=start}^{c} a_t
-  summary = _ShardSummary(
+  return _ShardSummary(
       forward=jnp.einsum("bshk,bshe->bhke", k, u * jnp.exp(after)),  # [B, H, K, E]
       backward=jnp.einsum("bshk,bshe->bhke", k, u * jnp.exp(upto)),  # [B, H, K, E]
       forward_total=inner_gate.sum(axis=1),  # [B, H, G]
       backward_total=log_decay.sum(axis=1),  # [B, H, G]
-      # "symmetric" gates shard s's first token by its own first decay; "code" by the
-      # previous shard's last one, which only that shard holds.
-      boundary=log_decay[:, 0] if masks.Convention(convention) is masks.Convention.SYMMETRIC
-      else log_decay[:, -1])  # [B, H, G]
-  gathered = summary.all_gather(axis_name)  # every field [P, ...]
-  shard = jax.lax.axis_index(axis_name)
-  boundary = gathered.boundary
-  if masks.Convention(convention) is masks.Convention.CODE:
-    boundary = jnp.concatenate([jnp.zeros_like(boundary[:1]), boundary[:-1]])  # f_{start_p}
-  enter_forward, enter_backward = _entering_states(gathered, boundary, shard)  # [B, H, K, E]
+      boundary=boundary)
 
-  from_start = jnp.exp(boundary[shard][:, None] + jnp.cumsum(inner_gate, axis=1))  # [B, S, H, G]
+
+@jax.checkpoint
+def _read_entering(q, inner_gate, log_decay, boundary, enter_forward, enter_backward):
+  """What the entering states add to each query: [B, S, H, E].
+
+  Args:
+    q: [B, S, H, K]; inner_gate, log_decay: [B, S, H, G]; boundary: [B, H, G] f_{start_s};
+    enter_forward, enter_backward: [B, H, K, E].
+  """
+  from_start = jnp.exp(boundary[:, None] + jnp.cumsum(inner_gate, axis=1))  # [B, S, H, G]
   to_end = jnp.exp(_exclusive_suffix_sums(log_decay))  # [B, S, H, G]
-  return (out + jnp.einsum("bshk,bhke->bshe", q, enter_forward) * from_start
+  return (jnp.einsum("bshk,bhke->bshe", q, enter_forward) * from_start
           + jnp.einsum("bshk,bhke->bshe", q, enter_backward) * to_end)
 
 
-class _ShardSummary:
-  """What one shard tells the others: two states and three log-decays per batch row and head."""
+class _ShardSummary(NamedTuple):
+  """What one shard tells the others, per batch row and head (a pytree)."""
 
-  FIELDS = ("forward", "backward", "forward_total", "backward_total", "boundary")
-
-  def __init__(self, **fields):
-    for name in self.FIELDS:
-      setattr(self, name, fields[name])
+  forward: jax.Array  # [B, H, K, E] S→, decayed to the shard's right edge
+  backward: jax.Array  # [B, H, K, E] S←, decayed to its left edge
+  forward_total: jax.Array  # [B, H, G] Σ f_t over t > start
+  backward_total: jax.Array  # [B, H, G] Σ a_t over the shard
+  boundary: jax.Array  # [B, H, G] the decay a forward gate at a shard edge needs
 
   def all_gather(self, axis_name: str) -> _ShardSummary:
     """Every shard's summary, stacked on a leading [P] axis, by one all-gather of one buffer."""
-    parts = [getattr(self, name) for name in self.FIELDS]
-    batch = parts[0].shape[0]
-    flat = jnp.concatenate([x.reshape(batch, -1) for x in parts], axis=1)  # [B, X]
+    batch = self.forward.shape[0]
+    flat = jnp.concatenate([x.reshape(batch, -1) for x in self], axis=1)  # [B, X]
     stacked = jax.lax.all_gather(flat, axis_name)  # [P, B, X]
-    fields, offset = {}, 0
-    for name, x in zip(self.FIELDS, parts):
+    fields, offset = [], 0
+    for x in self:
       size = x[0].size
-      fields[name] = stacked[:, :, offset:offset + size].reshape(stacked.shape[:1] + x.shape)
+      fields.append(stacked[:, :, offset:offset + size].reshape(stacked.shape[:1] + x.shape))
       offset += size
-    return _ShardSummary(**fields)
+    return _ShardSummary(*fields)
 
 
 def _entering_states(gathered: _ShardSummary, boundary, shard):

@@ -192,3 +192,9 @@ def test_snake_orders_are_rejected_with_a_sequence_axis(scan_order):
       ValueError, match=f"scan_order='{scan_order}'.*sequence_axis='seq'"):
     grid_lion_attention(q, k, v, [None, None], grid=(2, 2), scan_order=scan_order,
                         sequence_axis="seq")
+
+
+def test_an_explicit_axis_is_named():
+  mesh = jax.make_mesh((1,), ("seq",), axis_types=(jax.sharding.AxisType.Explicit,))
+  with jax.set_mesh(mesh), pytest.raises(ValueError, match="'seq'.*Explicit mesh axis"):
+    lion_attention(*small_inputs(), sequence_axis="seq")
