@@ -13,7 +13,8 @@ input and every parameter):
      devices split the sequence over a mesh axis (`ModelConfig.sequence_axis`). The forced CPU
      "devices" share this machine's cores, so time does not fall with P here: what the time
      column shows is the overhead of the split (the combine and the collectives), not a
-     speed-up;
+     speed-up. The 8-device L is also run on one device: the same work on the same cores, so
+     that ratio is the split's overhead;
   2. the bytes each layer's collectives move, read from the compiled HLO (every all-gather,
      all-reduce, reduce-scatter, all-to-all and collective-permute with its result shape),
      against L at 8 devices: the attention's exchange must not grow with L;
@@ -105,6 +106,9 @@ def layer_case(length: int, devices: int, args, *, with_values: bool = True) -> 
 def scaling(args) -> list[dict]:
   """Part 1: fixed per-device L on 1, 2, 4, 8 devices, timed interleaved."""
   cases = [layer_case(args.per_device * n, n, args) for n in DEVICE_COUNTS]
+  # The 8-device L on one device: the same total work on the same cores, so the time ratio is
+  # the split's own overhead.
+  cases.append(layer_case(args.per_device * DEVICE_COUNTS[-1], 1, args))
   harness.run_group(cases, args.mem_budget_gb * 8, args.repeats, args.case_budget_s)
   return [harness.record(c) | {"part": "scaling"} for c in cases]
 

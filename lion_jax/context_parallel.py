@@ -1,10 +1,9 @@
 """Context parallelism: the `chunk_scan` form with the sequence axis split over a mesh axis.
 
-The sequence is cut into P contiguous shards, one per device along the mesh axis. Every shard
-runs the ordinary chunk kernel (`chunkwise.bidirectional_chunk_scan`) on its own tokens, which
-gives every query the keys of its own shard exactly. What the other shards add is linear in
-their keys and values and reaches a query only through the shard boundaries, so each shard
-summarises itself in two K×E states per head (one per direction) and two total log-decays:
+The sequence is cut into P contiguous shards, one per device along the mesh axis. What other
+shards add to a query is linear in their keys and values and reaches it only through the shard
+edges, so each shard first summarises itself in two K×E states per head (one per direction)
+and its total log-decays:
 
   forward   S→_m = Σ_{c ∈ m} exp(Σ_{t=c+1}^{end_m} f_t) k_c u_cᵀ      (to its right edge)
   backward  S←_m = Σ_{c ∈ m} exp(Σ_{t=start_m}^{c} a_t) k_c u_cᵀ      (to its left edge)
@@ -15,11 +14,15 @@ communication. Shard s then combines what enters it from the left and from the r
   in→_s = Σ_{m<s} exp(Σ_{m<p<s} w_p) S→_m,   w_p = f_{start_p} + Σ_{t=start_p+1}^{end_p} f_t
   in←_s = Σ_{m>s} exp(Σ_{s<p<m} Ā_p) S←_m,    Ā_p = Σ_{t ∈ p} a_t
 
-and a query r of shard s adds exp(Σ_{t=start_s}^{r} f_t) q_r·in→_s + exp(Σ_{t=r+1}^{end_s} a_t)
-q_r·in←_s. The derivation and the two conventions' boundary gate f_{start_s} (a_{start_s} for
+and runs the ordinary chunk kernel (`chunkwise.bidirectional_chunk_scan`) once on its own tokens
+with K virtual tokens on either side that carry these states: keys the unit vectors e_1 … e_K,
+values the rows of in→_s (left) and in←_s (right), log-decays 0 and zero queries. Then
+q_r·k_j u_jᵀ summed over the K virtual keys is q_r·in→_s, decayed by the gates between, which
+are f_{start_s} and the shard's own: exactly what the keys of the earlier shards add; likewise
+on the right. The derivation and the two conventions' boundary gate f_{start_s} (a_{start_s} for
 "symmetric", a_{start_s − 1}, the previous shard's last decay, for "code") are in docs/math.md
-§4.4. Every exponent is a sum of log-decays ≤ 0 accumulated outwards from
-the boundary it is measured to, so the result is the unsharded one to float32 rounding.
+§4.4. Every exponent is a sum of log-decays ≤ 0 accumulated outwards from the edge it is
+measured to, so the result is the unsharded one to float32 rounding.
 
 Shapes follow the legend in `lion_jax.masks`; additionally P = number of shards along the
 mesh axis, S = tokens per shard.
@@ -114,15 +117,10 @@ def shard_chunk_scan(q, k, u, log_decay, *, convention: str, chunk_size: int, ax
   Returns:
     [B, S, H, E].
   """
-  local_gate = masks.forward_gate(log_decay, convention)  # [B, S, H, G]; its first entry is
-  # never used by the local kernel (nothing enters the first chunk from the left)
-  out, _ = chunkwise.bidirectional_chunk_scan(q, k, u, local_gate, log_decay, chunk_size)
-
-  # Gates strictly inside the shard (t > start): the boundary gate f_start is the combine's.
-  inner_gate = local_gate.at[:, 0].set(0.0)  # [B, S, H, G]
-  # "symmetric" gates shard s's first token by its own first decay; "code" by the previous
-  # shard's last one, which only that shard holds.
   symmetric = masks.Convention(convention) is masks.Convention.SYMMETRIC
+  # Gates strictly inside the shard (t > start); the gate at its first token, f_start, is
+  # a_start ("symmetric") or the previous shard's last decay ("code"), which only it holds.
+  inner_gate = masks.forward_gate(log_decay, convention).at[:, 0].set(0.0)  # [B, S, H, G]
   summary = _summarise(k, u, log_decay, inner_gate, log_decay[:, 0 if symmetric else -1])
   gathered = summary.all_gather(axis_name)  # every field [P, ...]
   shard = jax.lax.axis_index(axis_name)
@@ -130,13 +128,24 @@ def shard_chunk_scan(q, k, u, log_decay, *, convention: str, chunk_size: int, ax
   if not symmetric:
     boundary = jnp.concatenate([jnp.zeros_like(boundary[:1]), boundary[:-1]])  # f_{start_p}
   enter_forward, enter_backward = _entering_states(gathered, boundary, shard)  # [B, H, K, E]
-  return out + _read_entering(q, inner_gate, log_decay, boundary[shard], enter_forward,
-                              enter_backward)
+
+  # K virtual tokens on each side carry the entering states into the local kernel.
+  batch, length, heads, key_dim = q.shape
+  unit_keys = jnp.broadcast_to(jnp.eye(key_dim, dtype=k.dtype)[None, :, None, :],
+                               (batch, key_dim, heads, key_dim))  # [B, K (tokens), H, K]
+  rows = lambda state: jnp.moveaxis(state, 2, 1)  # [B, H, K, E] -> [B, K (tokens), H, E]
+  no_queries = jnp.zeros_like(unit_keys)
+  no_decay = jnp.zeros((batch, key_dim) + log_decay.shape[2:], log_decay.dtype)  # [B, K, H, G]
+  around = lambda left, x, right: jnp.concatenate([left, x, right], axis=1)  # [B, K+S+K, H, X]
+  out, _ = chunkwise.bidirectional_chunk_scan(
+      around(no_queries, q, no_queries), around(unit_keys, k, unit_keys),
+      around(rows(enter_forward), u, rows(enter_backward)),
+      around(no_decay, inner_gate.at[:, 0].set(boundary[shard]), no_decay),
+      around(no_decay, log_decay, no_decay), chunk_size)  # [B, K+S+K, H, E]
+  return out[:, key_dim:key_dim + length]
 
 
-# Both O(S·K·E) steps are recomputed in the backward pass rather than saving their
-# [B, S, H, E] intermediates: ~10 KB a token less with vector decays at E = 64, for about the
-# cost of the elementwise work again.
+# Recomputed in the backward pass rather than saving its [B, S, H, E] intermediates.
 @jax.checkpoint
 def _summarise(k, u, log_decay, inner_gate, boundary):
   """The shard's summary (fields of `_ShardSummary`, [B, H, K, E] states and [B, H, G] decays).
@@ -154,20 +163,6 @@ def _summarise(k, u, log_decay, inner_gate, boundary):
       forward_total=inner_gate.sum(axis=1),  # [B, H, G]
       backward_total=log_decay.sum(axis=1),  # [B, H, G]
       boundary=boundary)
-
-
-@jax.checkpoint
-def _read_entering(q, inner_gate, log_decay, boundary, enter_forward, enter_backward):
-  """What the entering states add to each query: [B, S, H, E].
-
-  Args:
-    q: [B, S, H, K]; inner_gate, log_decay: [B, S, H, G]; boundary: [B, H, G] f_{start_s};
-    enter_forward, enter_backward: [B, H, K, E].
-  """
-  from_start = jnp.exp(boundary[:, None] + jnp.cumsum(inner_gate, axis=1))  # [B, S, H, G]
-  to_end = jnp.exp(_exclusive_suffix_sums(log_decay))  # [B, S, H, G]
-  return (jnp.einsum("bshk,bhke->bshe", q, enter_forward) * from_start
-          + jnp.einsum("bshk,bhke->bshe", q, enter_backward) * to_end)
 
 
 class _ShardSummary(NamedTuple):
