@@ -67,7 +67,22 @@ def check_config(config: config_dict.ConfigDict) -> ModelConfig:
   model = config.model.to_dict()
   if seq > 1:  # every LION layer splits its sequence over the mesh's `seq` axis
     model["sequence_axis"] = steps.SEQUENCE_AXIS
+    _check_splittable(config)
   return ModelConfig(**model)
+
+
+def _check_splittable(config: config_dict.ConfigDict) -> None:
+  """Raises a ValueError naming the field when config.mesh splits sequences the model cannot."""
+  forms = {"config.model.form": config.model.form, "config.eval_form": eval_form(config)}
+  for field, form in forms.items():
+    if form not in ("chunk_scan", "auto"):
+      raise ValueError(f"config.mesh={tuple(config.mesh)} splits every sequence over 'seq', "
+                       f"which only form 'chunk_scan' can do; {field}={form!r}. Set it to "
+                       "'chunk_scan', or use --config.mesh='(-1, 1)'.")
+  if config.model.scan_order != "raster":
+    raise ValueError(f"config.mesh={tuple(config.mesh)} splits every sequence over 'seq', but "
+                     f"config.model.scan_order={config.model.scan_order!r} moves tokens between "
+                     "the pieces; use scan_order 'raster' or --config.mesh='(-1, 1)'.")
 
 
 def _check_fields(present: set[str], valid: tuple[str, ...], where: str) -> None:

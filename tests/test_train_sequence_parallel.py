@@ -10,7 +10,8 @@ import shutil
 
 import pytest
 
-from lra import steps
+from configs import common, listops
+from lra import steps, train
 from tests.test_multihost import RESULT_KEYS, Job, metric_rows, results, train_args
 
 MESH_2X2 = "--config.mesh=(2,2)"
@@ -81,3 +82,19 @@ def test_a_mesh_that_does_not_use_the_devices_is_named():
   with pytest.raises(ValueError, match=r"config\.mesh=\(1, 2\) needs data × seq = 1 devices"):
     steps.make_mesh((1, 2))
   assert dict(steps.make_mesh((-1, 1)).shape) == {"data": 1, "seq": 1}
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("model.form", "rnn", r"config\.model\.form='rnn'"),
+    ("eval_form", "attention", r"config\.eval_form='attention'"),
+    ("model.scan_order", "snake", r"config\.model\.scan_order='snake'")])
+def test_a_sequence_split_the_model_cannot_run_is_named(field, value, message):
+  config = listops.get_config("lion_s,runlocal")
+  config.mesh = (-1, 2)
+  if field == "model.scan_order":
+    config.model.grid = (4, 8)
+  common.set_fields(config, {field: value}, "test")
+  with pytest.raises(ValueError, match=r"config\.mesh=\(-1, 2\).*" + message):
+    train.check_config(config)
+  config.mesh = (-1, 1)
+  assert train.check_config(config).sequence_axis is None
