@@ -6,6 +6,7 @@ BatchNorm statistics, masked pooling, padding and dropout see the same global ba
 checkpoint of the 2 × 2 run then resumes on one device.
 """
 
+import re
 import shutil
 
 import pytest
@@ -70,6 +71,16 @@ def test_sequence_axis_spanning_two_processes_trains_as_one_device(tmp_path, one
     assert job.wait() == [0, 0], job.tail()
   assert "process 1 of 2" in job.log(1) and "mesh {'data': 2, 'seq': 2}" in job.log(0)
   assert_same_run(tmp_path / "two", one_device[0])
+
+  # --mode eval reads config.json, mesh included, and splits the sequence again.
+  with Job(tmp_path / "logs_eval", [f"--workdir={tmp_path / 'two'}", "--mode=eval"],
+           num_processes=2, devices=2) as job:
+    assert job.wait() == [0, 0], job.tail()
+  expected = results(one_device[0])
+  match = re.search(r"step (\d+) \(chunk_scan form\), test accuracy ([\d.]+)%", job.log(0))
+  assert match, job.tail()
+  assert int(match.group(1)) == expected["best_step"]
+  assert float(match.group(2)) == pytest.approx(100 * expected["test_accuracy"], abs=0.005)
 
 
 @pytest.mark.parametrize("shape", [(2,), (0, 1), (1, 0), (-2, 2), ("a", 1)])
