@@ -62,6 +62,8 @@ def task_variants(task: str) -> dict[str, dict[str, Any]]:
   """The variants `configs/<task>.py` accepts: `VARIANTS`, plus `GRID_VARIANTS` for image tasks."""
   return VARIANTS | (GRID_VARIANTS if preset(task).grid is not None else {})
 
+DEFAULT_MESH = (-1, 1)
+
 # What `runlocal` shrinks (any task then finishes in about a minute on a 2-core CPU).
 RUNLOCAL = {
     "model.d_model": 32,
@@ -187,7 +189,12 @@ def get_base_config(task: str, arg: str | None, *, batch_size: int, num_epochs: 
   # Generator arguments used when the task's data is missing (empty: never generate).
   config.generate = config_dict.ConfigDict()
 
-  # Global batch size, split over all devices (must divide evenly).
+  # Device mesh (data, seq): the batch is split over `data` devices and every sequence over
+  # `seq` devices (context parallelism: each LION layer runs `chunk_scan` on its L/seq tokens
+  # and exchanges only per-head states; README "Long sequences over several devices").
+  # data = -1: every device not used by `seq`. The default (-1, 1) is pure data parallelism.
+  config.mesh = DEFAULT_MESH
+  # Global batch size, split over the `data` devices (must divide evenly).
   config.batch_size = batch_size
   # Evaluation batch size (0: same as batch_size); the last batch is padded and masked.
   config.eval_batch_size = 0

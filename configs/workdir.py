@@ -22,6 +22,8 @@ def get_config(workdir):
                             "`run.py --config ... --workdir`? Or pass --config explicitly.")
   values = json.loads(path.read_text())
   model = common.model_config_dict(values["task"])
+  # JSON keeps tuples as lists; runs written before `mesh` existed were all-data.
+  values["mesh"] = tuple(values.get("mesh", common.DEFAULT_MESH))
   config = config_dict.ConfigDict({k: v for k, v in values.items() if k != "model"})
   common.set_fields(model, values["model"], str(path))
   config.model = model

@@ -13,6 +13,9 @@ Forms (all exact, all differentiable, all accepting every decay shape and option
   auto:       "attention" when L ≤ chunk_size (a single chunk, where both are the same
               computation and the full form has no scan), otherwise "chunk_scan".
 
+`sequence_axis=` splits the sequence over a mesh axis (context parallelism,
+`lion_jax.context_parallel`): only "chunk_scan" (and "auto", which then means it) can run so.
+
 Shapes follow the legend in `lion_jax.masks`.
 """
 
@@ -24,6 +27,7 @@ import jax
 import jax.numpy as jnp
 
 from lion_jax import chunkwise
+from lion_jax import context_parallel
 from lion_jax import masks
 from lion_jax import recurrent
 from lion_jax.options import check_choice, str_enum
@@ -83,7 +87,8 @@ def per_token_log_decay(log_decay, batch: int, length: int, heads: int, value_di
 
 def lion_attention(q, k, v, log_decay=None, *, form: str | LionForm = "auto",
                    convention: str = "symmetric", normalize: str | Normalize = "after",
-                   key_mask=None, chunk_size: int = 64, eps: float = 1e-6):
+                   key_mask=None, chunk_size: int = 64, eps: float = 1e-6,
+                   sequence_axis: str | None = None):
   """Bidirectional LION attention.
 
   Args:
@@ -99,6 +104,9 @@ def lion_attention(q, k, v, log_decay=None, *, form: str | LionForm = "auto",
     key_mask: [B, L] bool; keys where it is False take no part in any sum (padding).
     chunk_size: C for "chunk" and "chunk_scan" (any L works; the last chunk is padded).
     eps: added to every normaliser (all forms, so they agree).
+    sequence_axis: a mesh axis of the current mesh (`jax.set_mesh`) to split the sequence over
+      (context parallelism: each device holds L / P tokens and only K×E states per head cross
+      devices); None keeps the sequence whole. Needs form "chunk_scan" or "auto".
 
   Returns:
     [B, L, H, V] outputs in the dtype of `v`. Decays, cumulative sums, normalisers and states
@@ -106,8 +114,9 @@ def lion_attention(q, k, v, log_decay=None, *, form: str | LionForm = "auto",
 
   Raises:
     ValueError: a shape that does not fit the others (q, k, v, log_decay, key_mask), an option
-      string that is not one of its values, chunk_size < 1 or eps < 0; the message names the
-      argument and what it accepts.
+      string that is not one of its values, chunk_size < 1 or eps < 0, or a sequence_axis that
+      the current mesh lacks or the form cannot use; the message names the argument and what
+      it accepts.
     TypeError: an array of the wrong kind (q, k, v or log_decay not floating point, key_mask not
       bool), a non-string option, or a chunk_size that is not an integer.
   """
@@ -117,7 +126,11 @@ def lion_attention(q, k, v, log_decay=None, *, form: str | LionForm = "auto",
   normalize = Normalize(check_choice("normalize", normalize))
   check_choice("convention", convention)
   _check_numbers(chunk_size, eps)
+  if sequence_axis is not None and LionForm(check_choice("form", form)) is LionForm.AUTO:
+    form = LionForm.CHUNK_SCAN  # at any L: the full form cannot be split over devices
   form = resolve_form(form, length, chunk_size)
+  if sequence_axis is not None:
+    context_parallel.check_sequence_axis(sequence_axis, form.value)
 
   out_dtype = v.dtype
   dtype = jnp.promote_types(jnp.promote_types(q.dtype, v.dtype), jnp.float32)
@@ -126,7 +139,10 @@ def lion_attention(q, k, v, log_decay=None, *, form: str | LionForm = "auto",
     k = k * key_mask[:, :, None, None].astype(dtype)
   log_decay = per_token_log_decay(log_decay, batch, length, heads, value_dim, dtype)
 
-  if form in (LionForm.ATTENTION, LionForm.CHUNK, LionForm.CHUNK_SCAN):
+  if sequence_axis is not None:
+    numerator, denominator = _context_parallel_chunk_scan(q, k, v, log_decay, convention,
+                                                          normalize, chunk_size, sequence_axis)
+  elif form in (LionForm.ATTENTION, LionForm.CHUNK, LionForm.CHUNK_SCAN):
     evaluate = {LionForm.ATTENTION: _attention, LionForm.CHUNK: _chunked_queries,
                 LionForm.CHUNK_SCAN: _chunk_scan}[form]
     numerator, denominator = evaluate(q, k, v, log_decay, convention, normalize, chunk_size)
@@ -200,6 +216,17 @@ def _chunk_scan(q, k, v, log_decay, convention, normalize, chunk_size):
                                               with_key_sums=normalize is Normalize.AFTER)
   carried, (gate_f, log_decay) = _with_unit_values(v, gate_f, log_decay)
   out, _ = chunkwise.bidirectional_chunk_scan(q, k, carried, gate_f, log_decay, chunk_size)
+  return out[..., :v.shape[-1]], out[..., v.shape[-1]:]
+
+
+def _context_parallel_chunk_scan(q, k, v, log_decay, convention, normalize, chunk_size, axis):
+  """Numerator and decayed normaliser with the sequence split over mesh axis `axis`."""
+  scan = lambda u, log_decay: context_parallel.context_parallel_chunk_scan(
+      q, k, u, log_decay, convention=convention, chunk_size=chunk_size, sequence_axis=axis)
+  if normalize is not Normalize.AFTER:
+    return scan(v, log_decay), None
+  carried, (log_decay,) = _with_unit_values(v, log_decay)
+  out = scan(carried, log_decay)
   return out[..., :v.shape[-1]], out[..., v.shape[-1]:]
 
 

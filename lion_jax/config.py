@@ -105,6 +105,10 @@ class ModelConfig:
   # normalised outputs averaged, as the paper's text says).
   grid: tuple[int, int] | None = None
   scan_order: str = "raster"
+  # Context parallelism: the mesh axis every LION layer splits its sequence over
+  # (`lion_attention(sequence_axis=...)`; needs form "chunk_scan" and scan_order "raster").
+  # Training sets it from the config's `mesh`; None keeps each sequence on one device.
+  sequence_axis: str | None = None
 
   def __post_init__(self):
     for name in CHOICES:

@@ -154,7 +154,8 @@ def check_grid(grid, length: int) -> tuple[int, int]:
 def grid_lion_attention(q, k, v, log_decays: Sequence, *, grid=None,
                         scan_order: str | ScanOrder = "snake", form: str = "auto",
                         convention: str = "symmetric", normalize: str | Normalize = "after",
-                        key_mask=None, chunk_size: int = 64, eps: float = 1e-6):
+                        key_mask=None, chunk_size: int = 64, eps: float = 1e-6,
+                        sequence_axis: str | None = None):
   """LION attention whose decays run along scan orders of an H×W grid (module docstring).
 
   Args:
@@ -169,13 +170,15 @@ def grid_lion_attention(q, k, v, log_decays: Sequence, *, grid=None,
     scan_order: "raster", "snake" or "snake_outputs".
     form, convention, normalize, chunk_size, eps: as in `lion_attention`, applied to every scan.
     key_mask: [B, L] bool at raster positions; a key where it is False enters no sum in any scan.
+    sequence_axis: as in `lion_attention`; only "raster" can split its sequence over devices.
 
   Returns:
     [B, L, H, V] outputs at raster positions, in the dtype of `v`.
 
   Raises:
-    ValueError: for an unknown `scan_order`, a missing grid or one with H·W ≠ L, or a number of
-      log-decays that does not match the scans; `lion_attention` checks the rest.
+    ValueError: for an unknown `scan_order`, a missing grid or one with H·W ≠ L, a number of
+      log-decays that does not match the scans, or a snake order with a `sequence_axis`;
+      `lion_attention` checks the rest.
   """
   scan_order = parse_scan_order(scan_order)
   scans = SCANS[scan_order]
@@ -187,9 +190,16 @@ def grid_lion_attention(q, k, v, log_decays: Sequence, *, grid=None,
                      f"{len(scans)}, one per scan ({', '.join(s.order.__name__ for s in scans)}); "
                      f"got {got}.")
   options = dict(form=form, convention=convention, chunk_size=chunk_size)
-  if scan_order is ScanOrder.RASTER:  # the grid is not used (nor checked: any L runs)
+  if scan_order is ScanOrder.RASTER:
+    options["sequence_axis"] = sequence_axis  # the grid is not used (nor checked: any L runs)
     return lion_attention(q, k, v, log_decays[0], normalize=normalize, key_mask=key_mask, eps=eps,
                           **options)
+  if sequence_axis is not None:
+    # A snake reverses every other row (or reads columns): its sequence interleaves tokens of
+    # every shard of the raster order, so it cannot be split where the tokens lie.
+    raise ValueError(f"scan_order={scan_order.value!r} cannot run with the sequence split over "
+                     f"sequence_axis={sequence_axis!r}: the snake orders move tokens between "
+                     "shards. Use scan_order='raster' or sequence_axis=None.")
   if grid is None:
     raise ValueError(f"scan_order={scan_order.value!r} needs grid=(H, W) with H·W = L = {length}.")
   height, width = check_grid(grid, length)

@@ -6,9 +6,14 @@
 
 The model's mode lives in its graphdef (dropout and BatchNorm flags are static), so
 train and eval each get their own graphdef, split once; both share the same weights.
-Batches are sharded over a one-axis `data` mesh of every device of every process and
-the state is replicated, so the same code runs on one CPU, many devices or many hosts
-(docs of the multi-host layout: README "Multi-host training").
+Batches are sharded over a (`data`, `seq`) mesh of every device of every process, the
+batch axis over `data` and the sequence axis over `seq` (context parallelism, used by
+the LION layers through `lion_attention(sequence_axis="seq")`), and the state is
+replicated, so the same code runs on one CPU, many devices or many hosts (README
+"Multi-host training", "Long sequences over several devices"). The steps are traced with
+the mesh as the current mesh; everything outside the attention keeps its global meaning
+and XLA partitions it, so BatchNorm statistics, pooling and the loss do not depend on
+the mesh.
 Notation: B batch, L length, C classes.
 """
 
@@ -56,9 +61,53 @@ class TrainSetup:
   num_params: int
 
 
-def make_mesh() -> Mesh:
-  """A one-axis mesh named `data` over every device of every process."""
-  return Mesh(np.asarray(jax.devices()), ("data",))
+DATA_AXIS, SEQUENCE_AXIS = "data", "seq"
+
+
+def check_mesh_shape(shape) -> tuple[int, int]:
+  """(data, seq) from `config.mesh`; data may be -1 (the devices `seq` leaves).
+
+  Raises:
+    ValueError: not two integers with seq >= 1 and data >= 1 or -1, naming config.mesh.
+  """
+  try:
+    data, seq = (int(n) for n in shape)
+  except (TypeError, ValueError):
+    data = seq = 0
+  if seq < 1 or not (data >= 1 or data == -1):
+    raise ValueError(f"config.mesh={shape!r} must be (data, seq): seq >= 1 devices per sequence "
+                     "and data >= 1 (or -1: all other devices), e.g. --config.mesh='(-1, 2)'.")
+  return data, seq
+
+
+def make_mesh(shape=(-1, 1)) -> Mesh:
+  """A (`data`, `seq`) mesh over every device of every process.
+
+  `seq` is the slower-varying axis of `jax.devices()` (process-major), so a sequence is
+  split across processes before a batch is: context parallelism sends a few K×E states
+  per layer, data parallelism all-reduces every gradient, which is better kept within a host.
+
+  Raises:
+    ValueError: `shape` (config.mesh) does not use exactly the available devices.
+  """
+  data, seq = check_mesh_shape(shape)
+  devices = np.asarray(jax.devices())
+  if data == -1:
+    data = devices.size // seq
+  if data * seq != devices.size:
+    raise ValueError(f"config.mesh={tuple(shape)!r} needs data × seq = {devices.size} devices "
+                     f"(there are {devices.size}); e.g. --config.mesh='(-1, {seq})' with seq "
+                     f"dividing {devices.size}.")
+  return Mesh(devices.reshape(seq, data).T, (DATA_AXIS, SEQUENCE_AXIS))
+
+
+def _under_mesh(fn, mesh: Mesh):
+  """`fn` traced with `mesh` as the current mesh (where `lion_attention` finds `seq`)."""
+  @functools.wraps(fn)
+  def traced(*args, **kwargs):
+    with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
+      return fn(*args, **kwargs)
+  return traced
 
 
 def create_train_setup(model_config: ModelConfig, *, num_classes: int, vocab_size: int,
@@ -131,31 +180,36 @@ def eval_step(graphdef, model_state, batch: dict[str, jax.Array], *, form: str):
 def jit_train_step(setup: TrainSetup):
   """The jitted train step: state donated, replicated in and out; compiled once per shape."""
   replicated = NamedSharding(setup.mesh, PartitionSpec())
-  return jax.jit(functools.partial(train_step, setup.train_graphdef), donate_argnums=0,
-                 out_shardings=(replicated, replicated))
+  return jax.jit(_under_mesh(functools.partial(train_step, setup.train_graphdef), setup.mesh),
+                 donate_argnums=0, out_shardings=(replicated, replicated))
 
 
 def jit_eval_step(setup: TrainSetup, form: str):
   """The jitted eval step for one form of the model (the weights are not touched)."""
   replicated = NamedSharding(setup.mesh, PartitionSpec())
-  return jax.jit(functools.partial(eval_step, setup.eval_graphdef, form=form),
-                 out_shardings=replicated)
+  return jax.jit(_under_mesh(functools.partial(eval_step, setup.eval_graphdef, form=form),
+                             setup.mesh), out_shardings=replicated)
 
 
 def shard_batch(batch: dict[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Array]:
-  """Puts a host batch on the mesh, split along the batch axis.
+  """Puts a host batch on the mesh, split along the batch axis and the sequence axis.
 
   Every process holds the same global batch (the loaders are built and seeded
-  identically), and each process copies only its own devices' rows to them, so the
-  same call is correct on one device, many devices or many processes.
+  identically), and each process copies only its own devices' pieces to them, so the
+  same call is correct on one device, many devices or many processes. "inputs" ([B, L] or
+  [B, 2, L]) has its last axis split over `seq` when `seq` divides L; otherwise it is only
+  split over the batch, and each LION layer pads its sequence to a multiple of `seq`.
   """
-  size = mesh.devices.size
+  size, seq = mesh.shape[DATA_AXIS], mesh.shape.get(SEQUENCE_AXIS, 1)
   out = {}
   for key, value in batch.items():
     if value.shape[0] % size:
-      raise ValueError(f"batch size {value.shape[0]} is not divisible by the {size} devices; "
-                       "set --config.batch_size (and eval_batch_size) to a multiple of it")
-    sharding = NamedSharding(mesh, PartitionSpec("data"))
+      raise ValueError(f"batch size {value.shape[0]} is not divisible by the {size} data-parallel "
+                       "devices; set --config.batch_size (and eval_batch_size) to a multiple of it")
+    spec = [DATA_AXIS] + [None] * (value.ndim - 1)
+    if key == "inputs" and seq > 1 and value.shape[-1] % seq == 0:
+      spec[-1] = SEQUENCE_AXIS
+    sharding = NamedSharding(mesh, PartitionSpec(*spec))
     out[key] = jax.make_array_from_callback(value.shape, sharding, lambda index, v=value: v[index])
   return out
 

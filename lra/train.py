@@ -41,7 +41,7 @@ CONFIG_FIELDS = (
     "batch_size", "eval_batch_size", "num_epochs", "num_train_steps", "learning_rate",
     "warmup_epochs", "weight_decay", "decay_learning_rate", "b1", "b2", "grad_clip_norm",
     "param_groups", "log_every_steps", "eval_every_steps", "checkpoint_every_steps",
-    "max_checkpoints_to_keep", "eval_form", "model")
+    "max_checkpoints_to_keep", "eval_form", "mesh", "model")
 RESULTS_FILE = "results.json"
 
 
@@ -63,7 +63,26 @@ def check_config(config: config_dict.ConfigDict) -> ModelConfig:
   if config.batch_size <= 0 or config.log_every_steps <= 0:
     raise ValueError("config.batch_size and config.log_every_steps must be positive")
   optim.check_param_groups([tuple(e) for e in config.param_groups])
-  return ModelConfig(**config.model.to_dict())
+  _, seq = steps.check_mesh_shape(config.mesh)
+  model = config.model.to_dict()
+  if seq > 1:  # every LION layer splits its sequence over the mesh's `seq` axis
+    model["sequence_axis"] = steps.SEQUENCE_AXIS
+    _check_splittable(config)
+  return ModelConfig(**model)
+
+
+def _check_splittable(config: config_dict.ConfigDict) -> None:
+  """Raises a ValueError naming the field when config.mesh splits sequences the model cannot."""
+  forms = {"config.model.form": config.model.form, "config.eval_form": eval_form(config)}
+  for field, form in forms.items():
+    if form not in ("chunk_scan", "auto"):
+      raise ValueError(f"config.mesh={tuple(config.mesh)} splits every sequence over 'seq', "
+                       f"which only form 'chunk_scan' can do; {field}={form!r}. Set it to "
+                       "'chunk_scan', or use --config.mesh='(-1, 1)'.")
+  if config.model.scan_order != "raster":
+    raise ValueError(f"config.mesh={tuple(config.mesh)} splits every sequence over 'seq', but "
+                     f"config.model.scan_order={config.model.scan_order!r} moves tokens between "
+                     "the pieces; use scan_order 'raster' or --config.mesh='(-1, 1)'.")
 
 
 def _check_fields(present: set[str], valid: tuple[str, ...], where: str) -> None:
@@ -137,7 +156,7 @@ def _setup(config, info: TaskInfo, model_config: ModelConfig, total_steps: int,
   tx = optim.make_optimizer(config, total_steps, steps_per_epoch)
   return steps.create_train_setup(
       model_config, num_classes=info.num_classes, vocab_size=info.vocab_size,
-      dual_input=info.dual_input, tx=tx, seed=config.seed, mesh=steps.make_mesh())
+      dual_input=info.dual_input, tx=tx, seed=config.seed, mesh=steps.make_mesh(config.mesh))
 
 
 def run_eval(eval_fn, model_state, split, batch_size: int, mesh, *, progress: bool = False,
@@ -303,9 +322,9 @@ def train_and_evaluate(config: config_dict.ConfigDict, workdir: str,
   train_iter = make_loader(splits["train"], batch_size=config.batch_size, seed=config.seed,
                            shuffle=True, drop_remainder=True)
   state, meta = _resume(ckpt, setup.state, train_iter, workdir, schedule)
-  logging.info("%s: %d params, %d train examples, %d steps (%d per epoch), devices %s",
+  logging.info("%s: %d params, %d train examples, %d steps (%d per epoch), devices %s, mesh %s",
                config.task, setup.num_params, len(splits["train"]), schedule.total_steps,
-               schedule.steps_per_epoch, jax.devices())
+               schedule.steps_per_epoch, jax.devices(), dict(setup.mesh.shape))
 
   writer = metrics.MetricWriter(workdir, resume_step=meta["step"], enabled=is_main)
   bar = tqdm.tqdm(total=schedule.total_steps, initial=meta["step"], unit="step",
