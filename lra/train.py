@@ -63,7 +63,11 @@ def check_config(config: config_dict.ConfigDict) -> ModelConfig:
   if config.batch_size <= 0 or config.log_every_steps <= 0:
     raise ValueError("config.batch_size and config.log_every_steps must be positive")
   optim.check_param_groups([tuple(e) for e in config.param_groups])
-  return ModelConfig(**config.model.to_dict())
+  model = ModelConfig(**config.model.to_dict())
+  if config.eval_form and model.mixer != "lion":
+    raise ValueError(f"config.eval_form={config.eval_form!r} picks one of LION's evaluation forms; "
+                     f"model.mixer={model.mixer!r} has one form. Leave config.eval_form empty.")
+  return model
 
 
 def _check_fields(present: set[str], valid: tuple[str, ...], where: str) -> None:
