@@ -9,6 +9,7 @@ from flax import nnx
 
 from configs import listops as listops_config
 from lion_jax import LraClassifier, ModelConfig
+from lion_jax.models import sinusoidal_positions
 from lion_jax.s5 import S5Mixer, hippo_n, linear_recurrence
 from lion_jax.softmax import SoftmaxMixer
 from lra import train
@@ -200,12 +201,24 @@ def test_an_s5_field_on_lion_is_an_error():
     ModelConfig(ssm_size=64)
 
 
-def test_eval_form_on_a_baseline_is_an_error():
-  config = listops_config.get_config("s5")
-  train.check_config(config)
+def test_sinusoidal_positions_follow_the_definition():
+  table = np.asarray(sinusoidal_positions(7, 6))
+  t, i = np.arange(7)[:, None], np.arange(3)[None, :]
+  angle = t / 10000.0 ** (2 * i / 6)
+  np.testing.assert_allclose(table[:, 0::2], np.sin(angle), rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(table[:, 1::2], np.cos(angle), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("variant,mixer", [("s5", "s5"), ("transformer", "softmax")])
+def test_listops_baseline_configs_are_valid_and_reject_eval_form(variant, mixer):
+  config = listops_config.get_config(variant)
+  assert train.check_config(config).mixer == mixer
   config.eval_form = "rnn"
-  with pytest.raises(ValueError, match=r"config\.eval_form='rnn'.*mixer='s5'"):
+  with pytest.raises(ValueError, match=rf"config\.eval_form='rnn'.*mixer='{mixer}'"):
     train.check_config(config)
+
+
+def test_a_form_asked_of_a_baseline_at_call_time_is_an_error():
   model = LraClassifier(ModelConfig(**S5_TINY), num_classes=3, vocab_size=8, rngs=nnx.Rngs(0))
   with pytest.raises(ValueError, match=r"mixer='s5'"):
     model(jnp.ones((1, 4), jnp.int32), jnp.array([4]), form="rnn")
