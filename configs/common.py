@@ -69,6 +69,19 @@ BASELINE_VARIANTS: dict[str, dict[str, Any]] = {
 }
 
 
+# The S5 release's --opt_config rules as `param_groups` (read in a fork's copy of its
+# train_helpers.py, not verified in the release itself): the SSM parameters listed go to the
+# "decay" group (S5's ssm_lr = `decay_learning_rate`, no weight decay), everything else trains
+# at the learning rate with weight decay. Here biases and norm scales never take weight decay.
+#   BfastandCdecay: Λ, log Δ and the norms at ssm_lr; B, C, D at the learning rate.
+#   standard:       Λ, B, log Δ and the norms at ssm_lr; C, D at the learning rate.
+_NO_WEIGHT_DECAY = (r"bias|(^|/)scale$", "no_weight_decay")
+S5_PARAM_GROUPS = {
+    "BfastandCdecay": ((r"lambda_|log_step|norm", "decay"), _NO_WEIGHT_DECAY),
+    "standard": ((r"lambda_|(^|/)b_(re|im)$|log_step|norm", "decay"), _NO_WEIGHT_DECAY),
+}
+
+
 def task_variants(task: str) -> dict[str, dict[str, Any]]:
   """The variants `configs/<task>.py` accepts: `VARIANTS`, plus `GRID_VARIANTS` for image tasks."""
   return VARIANTS | (GRID_VARIANTS if preset(task).grid is not None else {})

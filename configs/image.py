@@ -12,8 +12,26 @@ row and column snakes of the image (`lion_jax.grid_order`, docs/scan_orders.png)
 from configs import common
 
 
+# S5 as the S5 release trains it on Image (CIFAR-10): bin/run_experiments/run_lra_cifar.sh of lindermanlab/S5
+# ("script"); the schedule above (batch, epochs, weight decay, warmup) is the same script's.
+# Fields the script leaves unset keep the release defaults this preset shares with LION
+# (activation, prenorm, Δ range), read in a fork's copy of run_train.py, not verified.
+S5 = {
+    "model.d_model": 512,  # script: --d_model=512
+    "model.num_layers": 6,  # script: --n_layers=6
+    "model.ssm_size": 384,  # script: --ssm_size_base=384
+    "model.ssm_blocks": 3,  # script: --blocks=3
+    "model.dropout": 0.1,  # script: --p_dropout=0.1
+    "model.c_init": "lecun_normal",  # script: --C_init=lecun_normal
+    "model.clip_eigs": True,  # script: --clip_eigs=True
+    "learning_rate": 4.5e-3,  # script: --lr_factor=4.5 × --ssm_lr_base=0.001
+    "decay_learning_rate": 1e-3,  # script: --ssm_lr_base=0.001
+    "param_groups": common.S5_PARAM_GROUPS["BfastandCdecay"],  # script: --opt_config=BfastandCdecay
+}
+
+
 def get_config(arg=None):
   """Image with S5's schedule (docs/design.md §3): batch 50, 250 epochs, weight decay 0.07."""
   config, _ = common.get_base_config(
-      "image", arg, batch_size=50, num_epochs=250, weight_decay=0.07)
+      "image", arg, batch_size=50, num_epochs=250, weight_decay=0.07, baselines={"s5": S5})
   return config

@@ -31,17 +31,15 @@ S5 = {
     "model.bn_momentum": 0.95,  # release default --bn_momentum=0.95 (as above, not verified)
     "model.dropout": 0.0,  # script: --p_dropout=0
     # dt_min/dt_max stay 0.001/0.1: release defaults (not verified in the release itself);
-    # C is lecun-normal (script: --C_init=lecun_normal); clip_eigs unset (release default False).
+    "model.c_init": "lecun_normal",  # script: --C_init=lecun_normal
+    # clip_eigs and dt_global unset: release defaults False.
     "batch_size": 50,  # script: --bsz=50
     "num_epochs": 40,  # script: --epochs=40
     "learning_rate": 3e-3,  # script: --lr_factor=3 × --ssm_lr_base=0.001
     "decay_learning_rate": 1e-3,  # script: --ssm_lr_base=0.001 (S5's ssm_lr)
     "weight_decay": 0.04,  # script: --weight_decay=0.04
     "warmup_epochs": 1.0,  # script: --warmup_end=1
-    # script: --opt_config=BfastandCdecay: Λ, log Δ and the norms at ssm_lr without weight decay
-    # (read in a fork's train_helpers.py, not verified in the release); B, C, D at the lr with
-    # weight decay. Here the other biases also skip weight decay, as in every variant.
-    "param_groups": ((r"lambda_|log_step|norm", "decay"), (r"bias|(^|/)scale$", "no_weight_decay")),
+    "param_groups": common.S5_PARAM_GROUPS["BfastandCdecay"],  # script: --opt_config=BfastandCdecay
 }
 
 # The LRA paper's Transformer on ListOps: lra_benchmarks/listops/configs/base_listops_config.py

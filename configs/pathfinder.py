@@ -13,10 +13,28 @@ row and column snakes of the image (`lion_jax.grid_order`, docs/scan_orders.png)
 from configs import common
 
 
+# S5 as the S5 release trains it on Pathfinder-32: bin/run_experiments/run_lra_pathfinder.sh of lindermanlab/S5
+# ("script"); the schedule above (batch, epochs, weight decay, warmup) is the same script's.
+# Fields the script leaves unset keep the release defaults this preset shares with LION
+# (activation, prenorm, Δ range), read in a fork's copy of run_train.py, not verified.
+S5 = {
+    "model.d_model": 192,  # script: --d_model=192
+    "model.num_layers": 6,  # script: --n_layers=6
+    "model.ssm_size": 256,  # script: --ssm_size_base=256
+    "model.ssm_blocks": 8,  # script: --blocks=8
+    "model.bn_momentum": 0.9,  # script: --bn_momentum=0.9
+    "model.dropout": 0.05,  # script: --p_dropout=0.05
+    "model.c_init": "trunc_standard_normal",  # script: --C_init=trunc_standard_normal
+    "learning_rate": 4.5e-3,  # script: --lr_factor=5 × --ssm_lr_base=0.0009
+    "decay_learning_rate": 9e-4,  # script: --ssm_lr_base=0.0009
+    "param_groups": common.S5_PARAM_GROUPS["standard"],  # script: --opt_config=standard
+}
+
+
 def get_config(arg=None):
   """Pathfinder with S5's schedule (docs/design.md §3): batch 64, 200 epochs, weight decay 0.03."""
   config, args = common.get_base_config(
-      "pathfinder", arg, batch_size=64, num_epochs=200, weight_decay=0.03)
+      "pathfinder", arg, batch_size=64, num_epochs=200, weight_decay=0.03, baselines={"s5": S5})
   if args.runlocal:
     config.data_dir = common.RUNLOCAL_DATA_DIR
     config.generate = dict(num=192, seed=0, workers=1)

@@ -115,11 +115,14 @@ class ModelConfig:
 
   # S5 (mixer="s5"; S5 paper Sec. 3 and its LRA release): state size P before conjugate
   # symmetry, J HiPPO-N blocks, conjugate symmetry (P/2 complex states), Re Λ clipped to ≤ −1e-4,
+  # the init of C (`lion_jax.s5.C_INITS`), one Δ per layer instead of per state (dt_global),
   # and the scan: "associative" (S5's) or "linear" (`lax.scan`). dt_min/dt_max set log Δ's range.
   ssm_size: int = 256
   ssm_blocks: int = 8
   conj_sym: bool = True
   clip_eigs: bool = False
+  c_init: str = "lecun_normal"
+  dt_global: bool = False
   ssm_scan: str = "associative"
 
   def __post_init__(self):
@@ -205,7 +208,7 @@ MIXER_FIELDS: dict[str, tuple[str, ...]] = {
     "lion": ("feature_map", "key_dim", "decay", "decay_shape", "decay_param", "selective_mode",
              "selective_bias_init", "selective_init_std", "qk_init_std", "decay_init", "v_init",
              "normalize", "convention", "output_proj", "eps", "form", "chunk_size", "scan_order"),
-    "s5": ("ssm_size", "ssm_blocks", "conj_sym", "clip_eigs", "ssm_scan"),
+    "s5": ("ssm_size", "ssm_blocks", "conj_sym", "clip_eigs", "c_init", "dt_global", "ssm_scan"),
     "softmax": (),
 }
 

@@ -32,6 +32,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "dtype": ("float32", "bfloat16", "float64"),
     "scan_order": ("raster", "snake", "snake_outputs"),
     "ssm_scan": ("associative", "linear"),
+    "c_init": ("lecun_normal", "trunc_standard_normal", "complex_normal"),
 }
 
 

@@ -6,8 +6,8 @@ The S5 baseline of the LION paper's Table 7, set up as S5's LRA release configur
     repeated in J blocks on the diagonal; with conjugate symmetry only the half of the
     eigenvalues with one sign of the imaginary part is kept: P/2 complex states, read out as 2·Re;
   * learnt Λ (real and imaginary parts), B̃ = V⁻¹B with B lecun-normal of shape [P, M],
-    C̃ = C V with C lecun-normal and complex, one C per direction, D ~ N(0, 1);
-  * one learnt log Δ per state, drawn uniformly in [log Δ_min, log Δ_max];
+    C̃ = C V with a complex C per direction (`C_INITS`), D ~ N(0, 1);
+  * one learnt log Δ per state (or one per layer), drawn uniformly in [log Δ_min, log Δ_max];
   * zero-order hold: Λ̄ = exp(ΛΔ), B̄ = (Λ̄ − 1)/Λ · B̃;
   * x_t = Λ̄ ⊙ x_{t−1} + B̄ u_t forward, and the same from the end backward (both include the
     current token), y_t = 2·Re(C̃_fwd x^fwd_t + C̃_bwd x^bwd_t) + D ⊙ u_t.
@@ -67,7 +67,7 @@ def zoh(lambda_, log_step, b_tilde):
 
   Args:
     lambda_: [N] complex continuous eigenvalues Λ.
-    log_step: [N] real log Δ.
+    log_step: [N] (or [1], one Δ for all states) real log Δ.
     b_tilde: [N, M] complex input matrix B̃.
 
   Returns:
@@ -138,15 +138,41 @@ def bidirectional_ssm(u, lambda_bar, b_bar, c_tilde, d, *, mask=None, conj_sym: 
   return (2.0 * y if conj_sym else y) + d * u
 
 
+def _per_direction_times_v(init):
+  """A C init that draws C per direction as a real [M, P, 2] array by `init`, then C̃ = C V."""
+  def draw(key, width: int, v):
+    draws = [init(k, (width, v.shape[0], 2)) for k in jax.random.split(key)]  # [M, P, 2] each
+    return jnp.concatenate([(c[..., 0] + 1j * c[..., 1]) @ v for c in draws], axis=-1)
+  return draw
+
+
+def _c_complex_normal(key, width: int, v):
+  """C̃ drawn directly in the eigenbasis: real and imaginary parts N(0, ½)."""
+  c = nnx.initializers.normal(0.5 ** 0.5)(key, (width, 2 * v.shape[1], 2))
+  return c[..., 0] + 1j * c[..., 1]
+
+
+# `ModelConfig.c_init` -> (key, M, V [P, N]) -> C̃ [M, 2N] complex, the two directions' read-outs
+# side by side (the S5 release's C_init options).
+C_INITS = {
+    # lecun-normal over the whole [M, P, 2] array: fan-in P·M, std 1/√(P·M).
+    "lecun_normal": _per_direction_times_v(nnx.initializers.lecun_normal()),
+    # lecun-normal per row of C: fan-in P, std 1/√P.
+    "trunc_standard_normal": _per_direction_times_v(nnx.initializers.variance_scaling(
+        1.0, "fan_in", "truncated_normal", in_axis=1, out_axis=2, batch_axis=0)),
+    "complex_normal": _c_complex_normal,
+}
+
+
 class S5Mixer(nnx.Module):
   """Bidirectional S5 SSM over [B, L, M] sequences, a drop-in for `LionMixer`.
 
   Parameter names: lambda_re, lambda_im [N]; b_re, b_im [N, M]; c_re, c_im [M, 2N] (forward
-  states' read-out first); d [M]; log_step [N].
+  states' read-out first); d [M]; log_step [N] ([1] with `dt_global`).
 
   Args:
-    config: the model configuration (d_model, ssm_size, ssm_blocks, conj_sym, clip_eigs,
-      ssm_scan, dt_min, dt_max).
+    config: the model configuration (d_model, ssm_size, ssm_blocks, conj_sym, clip_eigs, c_init,
+      dt_global, ssm_scan, dt_min, dt_max).
     rngs: parameter randomness.
   """
 
@@ -154,17 +180,10 @@ class S5Mixer(nnx.Module):
     self.config = config
     m, p = config.d_model, config.ssm_size
     lam, v = block_hippo(p, config.ssm_blocks, config.conj_sym)  # [N], [P, N]
-    lecun = nnx.initializers.lecun_normal()
     v = jnp.asarray(v, jnp.complex64)  # [P, N]
-    b = lecun(rngs.params(), (p, m))  # [P, M] real
+    b = nnx.initializers.lecun_normal()(rngs.params(), (p, m))  # [P, M] real
     b_tilde = v.conj().T @ b.astype(jnp.complex64)  # [N, M]
-    # C: one complex [M, P] matrix per direction, drawn (as the release does) as a real
-    # [M, P, 2] array, whose lecun fan-in is P·M; C̃ = C V.
-    c_tilde = []
-    for _ in range(2):
-      c = lecun(rngs.params(), (m, p, 2))
-      c_tilde.append((c[..., 0] + 1j * c[..., 1]) @ v)  # [M, N]
-    c_tilde = jnp.concatenate(c_tilde, axis=-1)  # [M, 2N]
+    c_tilde = C_INITS[config.c_init](rngs.params(), m, v)  # [M, 2N]
     self.lambda_re = nnx.Param(jnp.asarray(lam.real, jnp.float32))
     self.lambda_im = nnx.Param(jnp.asarray(lam.imag, jnp.float32))
     self.b_re = nnx.Param(b_tilde.real)
@@ -172,8 +191,9 @@ class S5Mixer(nnx.Module):
     self.c_re = nnx.Param(c_tilde.real)
     self.c_im = nnx.Param(c_tilde.imag)
     self.d = nnx.Param(jax.random.normal(rngs.params(), (m,)))
+    steps = 1 if config.dt_global else lam.shape[0]  # one Δ per layer, or one per state
     self.log_step = nnx.Param(jax.random.uniform(
-        rngs.params(), (lam.shape[0],), minval=np.log(config.dt_min), maxval=np.log(config.dt_max)))
+        rngs.params(), (steps,), minval=np.log(config.dt_min), maxval=np.log(config.dt_max)))
 
   def eigenvalues(self):
     """Λ [N] complex; the real part clipped to ≤ −10⁻⁴ with `clip_eigs` (stable for any L)."""

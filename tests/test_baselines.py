@@ -1,6 +1,8 @@
 """The baseline mixers of the paper's Table 7: S5 (`lion_jax.s5`) and softmax attention
 (`lion_jax.softmax`), each against its definition in float64 NumPy, and inside `LraClassifier`."""
 
+import importlib
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -63,15 +65,16 @@ def s5_reference(params, u, lengths):
   """The bidirectional S5 SSM from its definition, per example over its real tokens only.
 
   Args:
-    params: the S5Mixer's parameters as float64 arrays (keys as the module's attributes).
+    params: the S5Mixer's parameters as float64 arrays (keys as the module's attributes); Re Λ
+      is clipped to ≤ −1e-4 (HiPPO-N has Re Λ = −½, so the clip only matters with clip_eigs).
     u: [B, L, M] float64 inputs (padded positions are never read).
     lengths: [B] real lengths.
 
   Returns:
     [B, L, M] float64 outputs, zero at padding.
   """
-  lam = params["lambda_re"] + 1j * params["lambda_im"]  # [N]
-  lambda_bar = np.exp(lam * np.exp(params["log_step"]))  # ZOH
+  lam = np.minimum(params["lambda_re"], -1e-4) + 1j * params["lambda_im"]  # [N], clip_eigs
+  lambda_bar = np.exp(lam * np.exp(params["log_step"]))  # ZOH; log_step [N] or [1]
   b_bar = ((lambda_bar - 1.0) / lam)[:, None] * (params["b_re"] + 1j * params["b_im"])  # [N, M]
   c = params["c_re"] + 1j * params["c_im"]  # [M, 2N]
   n = lam.shape[0]
@@ -91,12 +94,15 @@ def s5_reference(params, u, lengths):
   return out
 
 
-@pytest.mark.parametrize("method", ["associative", "linear"])
-def test_s5_mixer_equals_the_definition_in_float64_with_padding(method):
+@pytest.mark.parametrize("method,options", [
+    ("associative", {}),
+    ("linear", dict(dt_global=True, c_init="complex_normal", clip_eigs=True)),
+])
+def test_s5_mixer_equals_the_definition_in_float64_with_padding(method, options):
   """Outputs and gradients (parameters and inputs) of the mixer against `s5_reference`, with
   garbage in the padding; gradients against central differences of the reference."""
   with jax.enable_x64(True):
-    mixer = S5Mixer(ModelConfig(**S5_TINY, ssm_scan=method), rngs=nnx.Rngs(0))
+    mixer = S5Mixer(ModelConfig(**S5_TINY, ssm_scan=method, **options), rngs=nnx.Rngs(0))
     graphdef, state = nnx.split(mixer)
     state = jax.tree.map(lambda x: x.astype(jnp.float64), state)
     names = ("lambda_re", "lambda_im", "b_re", "b_im", "c_re", "c_im", "d", "log_step")
@@ -130,6 +136,20 @@ def test_s5_mixer_equals_the_definition_in_float64_with_padding(method):
       analytic = sum(np.sum(np.asarray(grads[0][k]) * dp[k]) for k in names)
       analytic += np.sum(np.asarray(grads[1]) * du)
       np.testing.assert_allclose(analytic, numeric, rtol=1e-6)
+
+
+@pytest.mark.parametrize("c_init,mean_square", [
+    ("lecun_normal", lambda p, m: 2 / (p * m)),  # C entries ~ 1/√(P·M) per real part
+    ("trunc_standard_normal", lambda p, m: 2 / p),
+    ("complex_normal", lambda p, m: 1.0),
+])
+def test_s5_c_init_scales(c_init, mean_square):
+  """E|C̃|² = 2σ² (V's columns have unit norm), σ the std of C's real and imaginary parts."""
+  mixer = S5Mixer(ModelConfig(mixer="s5", d_model=64, ssm_size=64, ssm_blocks=4, c_init=c_init),
+                  rngs=nnx.Rngs(0))
+  c = np.asarray(mixer.c_re[...]) + 1j * np.asarray(mixer.c_im[...])
+  assert c.shape == (64, 64)  # [M, 2N], N = 32
+  np.testing.assert_allclose(np.mean(np.abs(c) ** 2), mean_square(64, 64), rtol=0.1)
 
 
 def test_s5_mixer_reads_both_directions():
@@ -207,6 +227,12 @@ def test_sinusoidal_positions_follow_the_definition():
   angle = t / 10000.0 ** (2 * i / 6)
   np.testing.assert_allclose(table[:, 0::2], np.sin(angle), rtol=1e-5, atol=1e-6)
   np.testing.assert_allclose(table[:, 1::2], np.cos(angle), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("task", ["text", "retrieval", "image", "pathfinder"])
+def test_every_s5_config_builds_a_valid_model_config(task):
+  config = importlib.import_module(f"configs.{task}").get_config("s5")
+  assert train.check_config(config).mixer == "s5"
 
 
 @pytest.mark.parametrize("variant,mixer", [("s5", "s5"), ("transformer", "softmax")])
