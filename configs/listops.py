@@ -49,7 +49,9 @@ TRANSFORMER = {
     "model.num_layers": 6,  # LRA config: num_layers=6
     "model.num_heads": 8,  # LRA config: num_heads=8
     "model.mlp_ratio": 4,  # LRA config: mlp_dim=2048 = 4 × 512
-    "model.positional": "sinusoidal",  # LRA adds position embeddings; learnt or fixed not verified
+    # LRA adds position embeddings; this config leaves learn_pos_emb at the model's default
+    # (fixed, as far as we read; not verified).
+    "model.positional": "sinusoidal",
     "model.dropout": 0.1,  # not verified: the LRA encoder's default dropout rate
     "batch_size": 32,  # LRA config: batch_size=32
     "num_train_steps": 5000,  # LRA config: num_train_steps=5000

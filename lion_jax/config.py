@@ -113,6 +113,9 @@ class ModelConfig:
   grid: tuple[int, int] | None = None
   scan_order: str = "raster"
 
+  # Softmax attention (mixer="softmax"): total width of q, k and v over all heads (LRA's qkv_dim);
+  # None means d_model. The output projection maps it back to d_model.
+  attention_dim: int | None = None
   # S5 (mixer="s5"; S5 paper Sec. 3 and its LRA release): state size P before conjugate
   # symmetry, J HiPPO-N blocks, conjugate symmetry (P/2 complex states), Re Λ clipped to ≤ −1e-4,
   # the init of C (`lion_jax.s5.C_INITS`), one Δ per layer instead of per state (dt_global),
@@ -155,6 +158,10 @@ class ModelConfig:
           raise ValueError(f"ModelConfig.{name}={getattr(self, name)!r} is an option of "
                            f"mixer={owner!r}; mixer={self.mixer!r} does not use it. Leave it at "
                            f"its default ({defaults[name]!r}) or set mixer={owner!r}.")
+    width = self.attention_dim
+    if width is not None and (width < 1 or width % self.num_heads):
+      raise ValueError(f"ModelConfig.attention_dim={width!r} must be None or a positive multiple "
+                       f"of num_heads={self.num_heads}.")
     if self.mixer == "s5":
       blocks = self.ssm_blocks
       if blocks < 1 or self.ssm_size % blocks or (self.conj_sym and (self.ssm_size // blocks) % 2):
@@ -209,7 +216,7 @@ MIXER_FIELDS: dict[str, tuple[str, ...]] = {
              "selective_bias_init", "selective_init_std", "qk_init_std", "decay_init", "v_init",
              "normalize", "convention", "output_proj", "eps", "form", "chunk_size", "scan_order"),
     "s5": ("ssm_size", "ssm_blocks", "conj_sym", "clip_eigs", "c_init", "dt_global", "ssm_scan"),
-    "softmax": (),
+    "softmax": ("attention_dim",),
 }
 
 

@@ -167,8 +167,9 @@ def test_s5_eigenvalues_are_stable_and_clipped_when_asked():
   assert np.all(np.asarray(mixer.eigenvalues().real) == np.float32(-1e-4))
 
 
-def test_softmax_mixer_equals_the_definition():
-  config = ModelConfig(mixer="softmax", d_model=16, num_heads=4)
+@pytest.mark.parametrize("attention_dim", [None, 8])
+def test_softmax_mixer_equals_the_definition(attention_dim):
+  config = ModelConfig(mixer="softmax", d_model=16, num_heads=4, attention_dim=attention_dim)
   mixer = SoftmaxMixer(config, rngs=nnx.Rngs(0))
   x = jax.random.normal(jax.random.key(2), (2, 13, 16))
   mask = np.arange(13)[None, :] < np.array([[13], [9]])
@@ -176,13 +177,14 @@ def test_softmax_mixer_equals_the_definition():
   assert got.shape == (2, 13, 16)
   q, k, v = np.split(np.asarray(x, np.float64) @ np.asarray(mixer.qkv.kernel[...], np.float64), 3,
                      axis=-1)
-  heads = lambda t: t.reshape(2, 13, 4, 4)
+  width = attention_dim or 16
+  heads = lambda t: t.reshape(2, 13, 4, width // 4)
   q, k, v = heads(q), heads(k), heads(v)
-  logits = np.einsum("bihd,bjhd->bhij", q, k) / np.sqrt(4.0)
+  logits = np.einsum("bihd,bjhd->bhij", q, k) / np.sqrt(width // 4)
   logits = np.where(mask[:, None, None, :], logits, -np.inf)
   weights = np.exp(logits - logits.max(-1, keepdims=True))
   weights /= weights.sum(-1, keepdims=True)
-  y = np.einsum("bhij,bjhd->bihd", weights, v).reshape(2, 13, 16)
+  y = np.einsum("bhij,bjhd->bihd", weights, v).reshape(2, 13, width)
   want = y @ np.asarray(mixer.out.kernel[...]) + np.asarray(mixer.out.bias[...])
   np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-5)
 
@@ -229,10 +231,12 @@ def test_sinusoidal_positions_follow_the_definition():
   np.testing.assert_allclose(table[:, 1::2], np.cos(angle), rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("task", ["text", "retrieval", "image", "pathfinder"])
-def test_every_s5_config_builds_a_valid_model_config(task):
-  config = importlib.import_module(f"configs.{task}").get_config("s5")
-  assert train.check_config(config).mixer == "s5"
+@pytest.mark.parametrize("task,variant,mixer", [
+    ("text", "s5", "s5"), ("retrieval", "s5", "s5"), ("image", "s5", "s5"),
+    ("pathfinder", "s5", "s5"), ("pathfinder", "transformer", "softmax")])
+def test_every_baseline_config_builds_a_valid_model_config(task, variant, mixer):
+  config = importlib.import_module(f"configs.{task}").get_config(variant)
+  assert train.check_config(config).mixer == mixer
 
 
 @pytest.mark.parametrize("variant,mixer", [("s5", "s5"), ("transformer", "softmax")])
