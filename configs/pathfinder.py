@@ -13,8 +13,9 @@ row and column snakes of the image (`lion_jax.grid_order`, docs/scan_orders.png)
 from configs import common
 
 
-# S5 as the S5 release trains it on Pathfinder-32: bin/run_experiments/run_lra_pathfinder.sh of lindermanlab/S5
-# ("script"); the schedule above (batch, epochs, weight decay, warmup) is the same script's.
+# S5 as the S5 release trains it on Pathfinder-32: bin/run_experiments/run_lra_pathfinder.sh
+# of lindermanlab/S5 ("script"). The schedule passed to `get_base_config` below (batch,
+# epochs, weight decay, warmup) is the same script's.
 # Fields the script leaves unset keep the release defaults this preset shares with LION
 # (activation, prenorm, Δ range), read in a fork's copy of run_train.py, not verified.
 S5 = {
