@@ -9,12 +9,13 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from configs import common
 from configs import listops as listops_config
 from lion_jax import LraClassifier, ModelConfig
 from lion_jax.models import sinusoidal_positions
 from lion_jax.s5 import S5Mixer, hippo_n, linear_recurrence
 from lion_jax.softmax import SoftmaxMixer
-from lra import train
+from lra import optim, train
 
 S5_TINY = dict(mixer="s5", d_model=4, ssm_size=8, ssm_blocks=2)
 
@@ -251,3 +252,20 @@ def test_a_form_asked_of_a_baseline_at_call_time_is_an_error():
   model = LraClassifier(ModelConfig(**S5_TINY), num_classes=3, vocab_size=8, rngs=nnx.Rngs(0))
   with pytest.raises(ValueError, match=r"mixer='s5'"):
     model(jnp.ones((1, 4), jnp.int32), jnp.array([4]), form="rnn")
+
+
+@pytest.mark.parametrize("opt_config,ssm_lr_names", [
+    ("BfastandCdecay", {"lambda_re", "lambda_im", "log_step"}),
+    ("standard", {"lambda_re", "lambda_im", "log_step", "b_re", "b_im"}),
+])
+def test_s5_param_groups_follow_the_release_opt_config(opt_config, ssm_lr_names):
+  """S5's ssm_lr group (`decay` here: decay_learning_rate, no weight decay) holds the listed SSM
+  parameters and the norms; C, D and everything else train at the learning rate."""
+  model = LraClassifier(ModelConfig(**S5_TINY), num_classes=3, vocab_size=8, rngs=nnx.Rngs(0))
+  table = optim.group_table(nnx.state(model, nnx.Param), common.S5_PARAM_GROUPS[opt_config])
+  mixer = {name.rsplit("/", 1)[1] for name in table["decay"] if "/mixer/" in name}
+  assert mixer == ssm_lr_names
+  assert all("/mixer/" in name or "/norm/" in name for name in table["decay"])
+  assert any("/norm/" in name for name in table["decay"])
+  assert {name.rsplit("/", 1)[1] for name in table["default"] if "/mixer/" in name} == (
+      {"lambda_re", "lambda_im", "log_step", "b_re", "b_im", "c_re", "c_im", "d"} - ssm_lr_names)
