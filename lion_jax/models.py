@@ -40,7 +40,7 @@ from lion_jax.config import ModelConfig
 
 
 class InputEncoder(nnx.Module):
-  """Maps raw inputs to d_model features; no positional encoding.
+  """Maps raw inputs to d_model features, plus fixed position encodings with positional="sinusoidal".
 
   encoder="embed": token ids (or 8-bit pixel values used as tokens) → embedding table. It is
   initialised like S5's one-hot → Dense encoder (std 1/√vocab), without the bias.
