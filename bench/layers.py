@@ -5,8 +5,8 @@
 
 Every layer maps [B, L, d_model] -> [B, L, d_model] with its projections (q/k/v/o, or S5's
 B/C/D): `lion_jax.LionMixer` at d_model 128 with 4 heads (d_head 32) in form chunk_scan (C=64);
-`bench.baselines.SoftmaxAttention` (flax `nnx.dot_product_attention`) with the same d_model and
-heads; `bench.baselines.S5Layer` with d_model 128 and P = 256 (J = 16, 128 complex states after
+`lion_jax.softmax.SoftmaxMixer` (flax `nnx.dot_product_attention`) with the same d_model and
+heads; `lion_jax.s5.S5Mixer` with d_model 128 and P = 256 (J = 16, 128 complex states after
 conjugate symmetry: S5's Path-X/AAN configuration), with S5's associative scan and with a linear
 `lax.scan`. "fwd+bwd" is the gradient of a scalar loss w.r.t. all parameters and the input.
 All cases of one L are timed interleaved in one process; ratios are what to read.
@@ -28,8 +28,9 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 import harness  # noqa: E402
-from bench.baselines import S5Layer, SoftmaxAttention  # noqa: E402
 from lion_jax import LionMixer, ModelConfig  # noqa: E402
+from lion_jax.s5 import S5Mixer  # noqa: E402
+from lion_jax.softmax import SoftmaxMixer  # noqa: E402
 
 
 def lion_config(variant, d_model, heads, chunk, decay_shape):
@@ -49,12 +50,13 @@ def make_layers(args):
       layers[name] = (lambda cfg=cfg: LionMixer(cfg, rngs=nnx.Rngs(0)),
                       dict(family="lion", variant=variant, decay_shape=shape, form="chunk_scan",
                            chunk_size=args.chunk))
-  layers["softmax"] = (lambda: SoftmaxAttention(args.d_model, args.heads, rngs=nnx.Rngs(0)),
-                       dict(family="softmax"))
+  softmax = ModelConfig(mixer="softmax", d_model=args.d_model, num_heads=args.heads)
+  layers["softmax"] = (lambda: SoftmaxMixer(softmax, rngs=nnx.Rngs(0)), dict(family="softmax"))
   for method in args.s5_methods.split(","):
     layers[f"S5 {method}"] = (
-        lambda method=method: S5Layer(args.d_model, args.ssm_size, args.ssm_blocks, method=method,
-                                      rngs=nnx.Rngs(0)),
+        lambda method=method: S5Mixer(
+            ModelConfig(mixer="s5", d_model=args.d_model, ssm_size=args.ssm_size,
+                        ssm_blocks=args.ssm_blocks, ssm_scan=method), rngs=nnx.Rngs(0)),
         dict(family="s5", method=method, ssm_size=args.ssm_size))
   return layers
 

@@ -58,6 +58,30 @@ GRID_VARIANTS: dict[str, dict[str, Any]] = {
 }
 
 
+# The baselines of the paper's Table 7, in the same classifier, blocks and pipeline: S5 (its own
+# SSM in the S5 block) and the Transformer (softmax attention in the pre-norm Transformer block
+# with LayerNorm). Their sizes and schedules differ per task: `configs/<task>.py` passes them to
+# `get_base_config(baselines=...)`, each number with its source; a task that passes none has
+# no baseline variants.
+BASELINE_VARIANTS: dict[str, dict[str, Any]] = {
+    "s5": {"model.mixer": "s5"},
+    "transformer": {"model.mixer": "softmax", "model.block": "transformer", "model.norm": "layer"},
+}
+
+
+# The S5 release's --opt_config rules as `param_groups` (read in a fork's copy of its
+# train_helpers.py, not verified in the release itself): the SSM parameters listed go to the
+# "decay" group (S5's ssm_lr = `decay_learning_rate`, no weight decay), everything else trains
+# at the learning rate with weight decay. Here biases and norm scales never take weight decay.
+#   BfastandCdecay: Λ, log Δ and the norms at ssm_lr; B, C, D at the learning rate.
+#   standard:       Λ, B, log Δ and the norms at ssm_lr; C, D at the learning rate.
+_NO_WEIGHT_DECAY = (r"bias|(^|/)scale$", "no_weight_decay")
+S5_PARAM_GROUPS = {
+    "BfastandCdecay": ((r"lambda_|log_step|norm", "decay"), _NO_WEIGHT_DECAY),
+    "standard": ((r"lambda_|(^|/)b_(re|im)$|log_step|norm", "decay"), _NO_WEIGHT_DECAY),
+}
+
+
 def task_variants(task: str) -> dict[str, dict[str, Any]]:
   """The variants `configs/<task>.py` accepts: `VARIANTS`, plus `GRID_VARIANTS` for image tasks."""
   return VARIANTS | (GRID_VARIANTS if preset(task).grid is not None else {})
@@ -155,7 +179,8 @@ def set_fields(config: config_dict.ConfigDict, overrides: dict[str, Any], source
 
 def get_base_config(task: str, arg: str | None, *, batch_size: int, num_epochs: int,
                     weight_decay: float, warmup_epochs: float = 1.0,
-                    extra_args: dict[str, Any] | None = None
+                    extra_args: dict[str, Any] | None = None,
+                    baselines: dict[str, dict[str, Any]] | None = None
                     ) -> tuple[config_dict.ConfigDict, config_dict.ConfigDict]:
   """The config shared by every task; `configs/<task>.py` passes S5's numbers (docs/design.md §3).
 
@@ -164,6 +189,8 @@ def get_base_config(task: str, arg: str | None, *, batch_size: int, num_epochs: 
     arg: the `--config file.py:arg` string (see `parse_arg`).
     batch_size, num_epochs, weight_decay, warmup_epochs: the task's schedule.
     extra_args: task-specific `parse_arg` keys (e.g. listops' `demo`) with defaults.
+    baselines: {"s5" | "transformer": dotted-field overrides}: the task's settings of the
+      `BASELINE_VARIANTS`, applied after the variant's own fields and before `cpu`/`runlocal`.
 
   Returns:
     (config, args): the config, unlocked, for the caller to adjust and return, and the
@@ -171,7 +198,8 @@ def get_base_config(task: str, arg: str | None, *, batch_size: int, num_epochs: 
   """
   args = parse_arg(arg, variant="lion_s", runlocal=False, cpu=False, cpu_long=False,
                    **(extra_args or {}))
-  variants = task_variants(task)
+  variants = task_variants(task) | {name: {**BASELINE_VARIANTS[name], **fields}
+                                    for name, fields in (baselines or {}).items()}
   if args.variant not in variants:
     raise ValueError(f"unknown variant {args.variant!r}; known variants: {', '.join(variants)}")
   config = config_dict.ConfigDict()

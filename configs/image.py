@@ -12,8 +12,50 @@ row and column snakes of the image (`lion_jax.grid_order`, docs/scan_orders.png)
 from configs import common
 
 
+# S5 as the S5 release trains it on Image (CIFAR-10): bin/run_experiments/run_lra_cifar.sh
+# of lindermanlab/S5 ("script"). The schedule passed to `get_base_config` below (batch,
+# epochs, weight decay, warmup) is the same script's.
+# Fields the script leaves unset keep the release defaults this preset shares with LION
+# (activation, prenorm, Δ range), read in a fork's copy of run_train.py, not verified.
+S5 = {
+    "model.d_model": 512,  # script: --d_model=512
+    "model.num_layers": 6,  # script: --n_layers=6
+    "model.ssm_size": 384,  # script: --ssm_size_base=384
+    "model.ssm_blocks": 3,  # script: --blocks=3
+    "model.dropout": 0.1,  # script: --p_dropout=0.1
+    "model.c_init": "lecun_normal",  # script: --C_init=lecun_normal
+    "model.clip_eigs": True,  # script: --clip_eigs=True
+    "learning_rate": 4.5e-3,  # script: --lr_factor=4.5 × --ssm_lr_base=0.001
+    "decay_learning_rate": 1e-3,  # script: --ssm_lr_base=0.001
+    "param_groups": common.S5_PARAM_GROUPS["BfastandCdecay"],  # script: --opt_config=BfastandCdecay
+}
+
+
+# The LRA paper's Transformer on Image (CIFAR-10):
+# lra_benchmarks/image/configs/cifar10/base_cifar10_config.py
+# of google-research/long-range-arena
+# ("LRA config"; transformer_base.py uses it unchanged).
+TRANSFORMER = {
+    "model.d_model": 32,  # LRA config: emb_dim=32, qkv_dim=32
+    "model.num_layers": 1,  # LRA config: num_layers=1
+    "model.num_heads": 1,  # LRA config: num_heads=1
+    "model.mlp_ratio": 2,  # LRA config: mlp_dim=64 = 2 × 32
+    "model.dropout": 0.3,  # LRA config: dropout_rate=0.3 (attention dropout 0.2: not here)
+    # LRA config: learn_pos_emb=True. Learnt position embeddings are not implemented: fixed
+    # sinusoidal encodings instead (a deviation).
+    "model.positional": "sinusoidal",
+    "batch_size": 256,  # LRA config: batch_size=256
+    "num_epochs": 200,  # LRA config: NUM_EPOCHS=200
+    "learning_rate": 5e-4,  # LRA config: 0.0005 × linear_warmup × cosine_decay
+    "warmup_epochs": 1.0,  # LRA config: warmup = one epoch of steps
+    "weight_decay": 0.0,  # LRA config: weight_decay=0.
+    # LRA pools a CLS token (classifier_pool='CLS'); here the masked mean shared by every model.
+}
+
+
 def get_config(arg=None):
   """Image with S5's schedule (docs/design.md §3): batch 50, 250 epochs, weight decay 0.07."""
   config, _ = common.get_base_config(
-      "image", arg, batch_size=50, num_epochs=250, weight_decay=0.07)
+      "image", arg, batch_size=50, num_epochs=250, weight_decay=0.07,
+      baselines={"s5": S5, "transformer": TRANSFORMER})
   return config

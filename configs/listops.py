@@ -3,6 +3,7 @@ r"""ListOps (L = 2048, 10 classes, 96k train expressions).
     python run.py --config configs/listops.py:lion_s --workdir runs/listops_lion_s
 
 Paper (LION Table 3, test accuracy): LION-S 62.25, LION-D 62.0, LION-LIT 16.78.
+Baselines (Table 7): `:s5` (S5's release settings) and `:transformer` (the LRA Transformer).
 Majority class: about 17%. Smoke run (generates a small ListOps when missing, ~1 min):
 
     python run.py --config configs/listops.py:lion_s,runlocal --workdir /tmp/listops
@@ -17,11 +18,57 @@ import os
 from configs import common
 
 
+# S5 as the S5 release trains it on ListOps: bin/run_experiments/run_lra_listops.sh of
+# lindermanlab/S5 ("script") and the defaults of its run_train.py ("release default").
+S5 = {
+    "model.d_model": 128,  # script: --d_model=128
+    "model.num_layers": 8,  # script: --n_layers=8
+    "model.ssm_size": 16,  # script: --ssm_size_base=16 (P; 8 complex states after conj. symmetry)
+    "model.ssm_blocks": 8,  # script: --blocks=8 (J)
+    "model.activation": "half_glu2",  # script: --activation_fn=half_glu2
+    "model.norm": "batch",  # script: --batchnorm=True
+    "model.prenorm": True,  # release default --prenorm=True (read in a fork's copy, not verified)
+    "model.bn_momentum": 0.95,  # release default --bn_momentum=0.95 (as above, not verified)
+    "model.dropout": 0.0,  # script: --p_dropout=0
+    # dt_min/dt_max stay 0.001/0.1: release defaults (not verified in the release itself);
+    "model.c_init": "lecun_normal",  # script: --C_init=lecun_normal
+    # clip_eigs and dt_global unset: release defaults False.
+    "batch_size": 50,  # script: --bsz=50
+    "num_epochs": 40,  # script: --epochs=40
+    "learning_rate": 3e-3,  # script: --lr_factor=3 × --ssm_lr_base=0.001
+    "decay_learning_rate": 1e-3,  # script: --ssm_lr_base=0.001 (S5's ssm_lr)
+    "weight_decay": 0.04,  # script: --weight_decay=0.04
+    "warmup_epochs": 1.0,  # script: --warmup_end=1
+    "param_groups": common.S5_PARAM_GROUPS["BfastandCdecay"],  # script: --opt_config=BfastandCdecay
+}
+
+# The LRA paper's Transformer on ListOps: lra_benchmarks/listops/configs/base_listops_config.py
+# of google-research/long-range-arena ("LRA config"), which transformer_base.py uses unchanged.
+TRANSFORMER = {
+    "model.d_model": 512,  # LRA config: emb_dim=512, qkv_dim=512
+    "model.num_layers": 6,  # LRA config: num_layers=6
+    "model.num_heads": 8,  # LRA config: num_heads=8
+    "model.mlp_ratio": 4,  # LRA config: mlp_dim=2048 = 4 × 512
+    # LRA adds position embeddings; this config leaves learn_pos_emb at the model's default
+    # (fixed, as far as we read; not verified).
+    "model.positional": "sinusoidal",
+    "model.dropout": 0.1,  # not verified: the LRA encoder's default dropout rate
+    "batch_size": 32,  # LRA config: batch_size=32
+    "num_train_steps": 5000,  # LRA config: num_train_steps=5000
+    # LRA config: learning_rate=0.05 × linear_warmup × rsqrt_decay with warmup=1000 steps, i.e.
+    # a peak of 0.05/√1000 ≈ 1.6e-3 at step 1000; here linear warmup then cosine to 0.
+    "learning_rate": 0.05 / 1000 ** 0.5,
+    "warmup_epochs": 1000 * 32 / 96_000,  # 1000 steps of 32 on ListOps' 96k training examples
+    "weight_decay": 0.1,  # LRA config: weight_decay=1e-1
+    # LRA pools a CLS token (pooling_mode="CLS"); here the masked mean shared by every model.
+}
+
+
 def get_config(arg=None):
   """ListOps with S5's schedule (docs/design.md §3): batch 50, 40 epochs, weight decay 0.04."""
   config, args = common.get_base_config(
       "listops", arg, batch_size=50, num_epochs=40, weight_decay=0.04,
-      extra_args={"demo": False})
+      extra_args={"demo": False}, baselines={"s5": S5, "transformer": TRANSFORMER})
   if args.runlocal:
     config.seq_len = 128
     config.data_dir = common.RUNLOCAL_DATA_DIR

@@ -11,10 +11,53 @@ Smoke run: `--config configs/text.py:lion_s,runlocal` (needs the same file).
 from configs import common
 
 
+# S5 as the S5 release trains it on Text (IMDb): bin/run_experiments/run_lra_imdb.sh
+# of lindermanlab/S5 ("script"). The schedule passed to `get_base_config` below (batch,
+# epochs, weight decay, warmup) is the same script's.
+# Fields the script leaves unset keep the release defaults this preset shares with LION
+# (activation, prenorm, Δ range), read in a fork's copy of run_train.py, not verified.
+S5 = {
+    "model.d_model": 256,  # script: --d_model=256
+    "model.num_layers": 6,  # script: --n_layers=6
+    "model.ssm_size": 192,  # script: --ssm_size_base=192
+    "model.ssm_blocks": 12,  # script: --blocks=12
+    "model.activation": "half_glu2",  # script: --activation_fn=half_glu2
+    "model.dropout": 0.1,  # script: --p_dropout=0.1
+    "model.c_init": "lecun_normal",  # script: --C_init=lecun_normal
+    "model.dt_global": True,  # script: --dt_global=True
+    "learning_rate": 4e-3,  # script: --lr_factor=4 × --ssm_lr_base=0.001
+    "decay_learning_rate": 1e-3,  # script: --ssm_lr_base=0.001
+    "param_groups": common.S5_PARAM_GROUPS["standard"],  # script: --opt_config=standard
+}
+
+
+# The LRA paper's Transformer on Text:
+# lra_benchmarks/text_classification/configs/base_tc_config.py
+# of google-research/long-range-arena
+# ("LRA config"; transformer_base.py uses it unchanged).
+TRANSFORMER = {
+    "model.d_model": 256,  # LRA config: emb_dim=256, qkv_dim=256
+    "model.num_layers": 4,  # LRA config: num_layers=4
+    "model.num_heads": 4,  # LRA config: num_heads=4
+    "model.mlp_ratio": 4,  # LRA config: mlp_dim=1024 = 4 × 256
+    "model.positional": "sinusoidal",  # LRA adds position embeddings (learnt or fixed: not verified)
+    "batch_size": 32,  # LRA config: batch_size=32
+    "num_train_steps": 20_000,  # LRA config: num_train_steps=20000
+    # LRA config: 0.05 × linear_warmup × rsqrt_decay, warmup=8000 steps: peak 0.05/√8000 at step
+    # 8000; here linear warmup then cosine to 0.
+    "learning_rate": 0.05 / 8000 ** 0.5,
+    "warmup_epochs": 8000 * 32 / 25_000,  # 8000 steps of 32 on IMDb's 25k training reviews
+    "weight_decay": 0.1,  # LRA config: weight_decay=1e-1
+    # LRA pools a CLS token (classifier_pool="CLS"); here the masked mean shared by every model.
+    # LRA config: max_length=1000; here the task's L, the same for every model.
+}
+
+
 def get_config(arg=None):
   """Text with S5's schedule (docs/design.md §3): batch 50, 35 epochs, no warmup."""
   config, args = common.get_base_config(
-      "text", arg, batch_size=50, num_epochs=35, weight_decay=0.07, warmup_epochs=0.0)
+      "text", arg, batch_size=50, num_epochs=35, weight_decay=0.07, warmup_epochs=0.0,
+      baselines={"s5": S5, "transformer": TRANSFORMER})
   config.task_options = dict(val_split="test")
   if args.runlocal:
     config.seq_len = 256

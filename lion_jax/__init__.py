@@ -13,7 +13,9 @@ from lion_jax.masks import Convention, lion_mask, segsum, toeplitz_mask
 from lion_jax.config import PRESETS, ModelConfig, preset
 from lion_jax.grid_order import ScanOrder, grid_lion_attention
 from lion_jax.mixer import LionMixer, feature_map
-from lion_jax.blocks import S5Block, TransformerBlock
+from lion_jax.s5 import S5Mixer
+from lion_jax.softmax import SoftmaxMixer
+from lion_jax.blocks import MIXERS, S5Block, TransformerBlock
 from lion_jax.models import LionEncoder, LraClassifier, RetrievalHead, count_params, masked_mean
 
 __all__ = [
@@ -21,10 +23,13 @@ __all__ = [
     "LionEncoder",
     "LionMixer",
     "LraClassifier",
+    "MIXERS",
     "ModelConfig",
     "PRESETS",
     "RetrievalHead",
     "S5Block",
+    "S5Mixer",
+    "SoftmaxMixer",
     "TransformerBlock",
     "count_params",
     "disable_crashing_cpu_fusions",

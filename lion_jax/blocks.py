@@ -1,4 +1,5 @@
-"""Residual blocks around `LionMixer`: the S5 sequence layer and a Transformer block.
+"""Residual blocks around a sequence mixer (`MIXERS`: LION, S5 or softmax attention): the S5
+sequence layer and a Transformer block.
 
   S5Block (docs/design.md §3, S5 `SequenceLayer`, pre-norm by default):
       skip = x;  x = norm(x);  x = mixer(x);  x = activation block(x);  x = skip + x
@@ -23,6 +24,16 @@ from flax import nnx
 
 from lion_jax.config import ModelConfig
 from lion_jax.mixer import LionMixer
+from lion_jax.s5 import S5Mixer
+from lion_jax.softmax import SoftmaxMixer
+
+# `ModelConfig.mixer` -> the sequence mixer module; each maps ([B, L, M], mask) -> [B, L, M].
+MIXERS = {"lion": LionMixer, "s5": S5Mixer, "softmax": SoftmaxMixer}
+
+
+def make_mixer(config: ModelConfig, *, rngs: nnx.Rngs):
+  """The sequence mixer named by `config.mixer`."""
+  return MIXERS[config.mixer](config, rngs=rngs)
 
 
 def make_norm(config: ModelConfig, *, rngs: nnx.Rngs):
@@ -51,7 +62,7 @@ def apply_norm(norm, x, mask):
 
 
 class S5Block(nnx.Module):
-  """S5 sequence layer with the LION mixer in place of the SSM.
+  """S5 sequence layer around `config.mixer` (LION in place of the SSM, or S5's own SSM).
 
   Args:
     config: model configuration (norm, prenorm, activation, dropout, mixer options).
@@ -63,7 +74,7 @@ class S5Block(nnx.Module):
     self.prenorm = config.prenorm
     self.activation = config.activation
     self.norm = make_norm(config, rngs=rngs)
-    self.mixer = LionMixer(config, rngs=rngs)
+    self.mixer = make_mixer(config, rngs=rngs)
     # broadcast_dims=(1,): one dropout mask per example and feature, shared by all time steps.
     self.dropout = nnx.Dropout(config.dropout, broadcast_dims=(1,), rngs=rngs)
     glu = config.activation in ("half_glu1", "half_glu2", "full_glu")
@@ -102,7 +113,7 @@ class S5Block(nnx.Module):
 
 
 class TransformerBlock(nnx.Module):
-  """Pre-norm Transformer block with the LION mixer as attention (paper Fig. 6).
+  """Pre-norm Transformer block around `config.mixer` (paper Fig. 6; softmax: the Transformer).
 
   Args:
     config: model configuration (norm, mlp_ratio, dropout, mixer options). The paper's block uses
@@ -113,7 +124,7 @@ class TransformerBlock(nnx.Module):
   def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
     m, hidden = config.d_model, config.mlp_ratio * config.d_model
     self.norm1 = make_norm(config, rngs=rngs)
-    self.mixer = LionMixer(config, rngs=rngs)
+    self.mixer = make_mixer(config, rngs=rngs)
     self.norm2 = make_norm(config, rngs=rngs)
     self.mlp_in = nnx.Linear(m, hidden, dtype=config.compute_dtype, rngs=rngs)
     self.mlp_out = nnx.Linear(hidden, m, dtype=config.compute_dtype, rngs=rngs)
@@ -140,4 +151,5 @@ def zero_padding(x, mask):
   return x if mask is None else x * mask[..., None].astype(x.dtype)
 
 
-__all__ = ["S5Block", "TransformerBlock", "apply_norm", "make_block", "make_norm", "zero_padding"]
+__all__ = ["MIXERS", "S5Block", "TransformerBlock", "apply_norm", "make_block", "make_mixer", "make_norm",
+           "zero_padding"]

@@ -28,6 +28,10 @@ class ModelConfig:
   Attributes are documented inline; `lion_jax.options.CHOICES` lists the allowed strings.
   """
 
+  # Sequence mixer inside every block: "lion" (`LionMixer`), "s5" (`lion_jax.s5.S5Mixer`, the
+  # S5 baseline) or "softmax" (`lion_jax.softmax.SoftmaxMixer`, the Transformer baseline). The
+  # fields of one mixer (`MIXER_FIELDS`) may not be changed from their defaults under another.
+  mixer: str = "lion"
   # Width H of the residual stream, number of residual blocks and of LION heads (d_head = H / heads).
   d_model: int = 128
   num_layers: int = 4
@@ -51,6 +55,9 @@ class ModelConfig:
   # "embed": token ids (or 8-bit pixel values as tokens) through an embedding table;
   # "dense": pixels normalised with input_mean/input_std, then a Dense layer (S5 image tasks).
   encoder: str = "embed"
+  # Position information added after the encoder: "none" (LION and S5 carry position in their
+  # decays) or "sinusoidal" (fixed sin/cos of Vaswani et al. 2017, for softmax attention).
+  positional: str = "none"
   # For encoder="dense": (pixel/255 − input_mean) / input_std.
   input_mean: float = 0.5
   input_std: float = 0.5
@@ -110,9 +117,25 @@ class ModelConfig:
   # Training sets it from the config's `mesh`; None keeps each sequence on one device.
   sequence_axis: str | None = None
 
+  # Softmax attention (mixer="softmax"): total width of q, k and v over all heads (LRA's qkv_dim);
+  # None means d_model. The output projection maps it back to d_model.
+  attention_dim: int | None = None
+  # S5 (mixer="s5"; S5 paper Sec. 3 and its LRA release): state size P before conjugate
+  # symmetry, J HiPPO-N blocks, conjugate symmetry (P/2 complex states), Re Λ clipped to ≤ −1e-4,
+  # the init of C (`lion_jax.s5.C_INITS`), one Δ per layer instead of per state (dt_global),
+  # and the scan: "associative" (S5's) or "linear" (`lax.scan`). dt_min/dt_max set log Δ's range.
+  ssm_size: int = 256
+  ssm_blocks: int = 8
+  conj_sym: bool = True
+  clip_eigs: bool = False
+  c_init: str = "lecun_normal"
+  dt_global: bool = False
+  ssm_scan: str = "associative"
+
   def __post_init__(self):
     for name in CHOICES:
       check_choice(name, getattr(self, name), where="ModelConfig.")
+    self._check_mixer_fields()
     for name in ("d_model", "num_layers", "num_heads", "mlp_ratio", "chunk_size"):
       if int(getattr(self, name)) < 1:
         raise ValueError(f"ModelConfig.{name}={getattr(self, name)!r} must be a positive integer.")
@@ -129,6 +152,32 @@ class ModelConfig:
     if self.input_std <= 0:
       raise ValueError(f"ModelConfig.input_std={self.input_std!r} must be positive.")
     self._check_grid()
+
+  def _check_mixer_fields(self):
+    """A field of another mixer changed from its default is an error, never silently unused."""
+    defaults = {f.name: f.default for f in dataclasses.fields(ModelConfig)}
+    for owner, names in MIXER_FIELDS.items():
+      for name in names:
+        if owner != self.mixer and getattr(self, name) != defaults[name]:
+          raise ValueError(f"ModelConfig.{name}={getattr(self, name)!r} is an option of "
+                           f"mixer={owner!r}; mixer={self.mixer!r} does not use it. Leave it at "
+                           f"its default ({defaults[name]!r}) or set mixer={owner!r}.")
+    width = self.attention_dim
+    if width is not None and (width < 1 or width % self.num_heads):
+      raise ValueError(f"ModelConfig.attention_dim={width!r} must be None or a positive multiple "
+                       f"of num_heads={self.num_heads}.")
+    if self.mixer == "s5":
+      blocks = self.ssm_blocks
+      if blocks < 1 or self.ssm_size % blocks or (self.conj_sym and (self.ssm_size // blocks) % 2):
+        raise ValueError(f"ModelConfig.ssm_size={self.ssm_size} must be a multiple of ssm_blocks="
+                         f"{blocks} (of 2·ssm_blocks with conj_sym=True).")
+
+  def check_single_form(self, form: str | None, chunk_size: int | None) -> None:
+    """Baseline mixers have one form: a LION form or chunk size asked of them is an error."""
+    if self.mixer != "lion" and ((form is not None and form != self.form) or
+                                 (chunk_size is not None and chunk_size != self.chunk_size)):
+      raise ValueError(f"form={form!r}, chunk_size={chunk_size!r}: evaluation forms are LION's; "
+                       f"mixer={self.mixer!r} has one. Leave them unset (config.eval_form='').")
 
   def _check_grid(self):
     """grid: None or two positive ints (stored as a tuple, also when read back from JSON)."""
@@ -163,6 +212,17 @@ class ModelConfig:
   def replace(self, **overrides) -> "ModelConfig":
     """A copy with some fields changed (validated again)."""
     return dataclasses.replace(self, **overrides)
+
+
+# The fields only one mixer reads (dt_min/dt_max serve LION's HiPPO decays and S5's Δ alike).
+MIXER_FIELDS: dict[str, tuple[str, ...]] = {
+    "lion": ("feature_map", "key_dim", "decay", "decay_shape", "decay_param", "selective_mode",
+             "selective_bias_init", "selective_init_std", "qk_init_std", "decay_init", "v_init",
+             "normalize", "convention", "output_proj", "eps", "form", "chunk_size", "scan_order",
+             "sequence_axis"),
+    "s5": ("ssm_size", "ssm_blocks", "conj_sym", "clip_eigs", "c_init", "dt_global", "ssm_scan"),
+    "softmax": ("attention_dim",),
+}
 
 
 # S5's depth and width per LRA task (docs/design.md §3), LION-S with HiPPO decays, d_head = 64.

@@ -1,4 +1,7 @@
-"""LRA models: input encoders, the LION block stack, masked mean pooling and classification heads.
+"""LRA models: input encoders, the block stack, masked mean pooling and classification heads.
+
+The sequence mixer inside every block is `config.mixer`: "lion" (default), "s5" or "softmax"
+(the baselines of the paper's Table 7); everything around it is shared.
 
     from flax import nnx
     from lion_jax import LraClassifier, preset
@@ -9,7 +12,8 @@
 Padding: positions ≥ length are padding. They are masked from the attention (no key enters a sum),
 from BatchNorm statistics and from pooling, and the residual stream is zeroed there after the
 encoder and after every block, so real examples do not depend on how a batch is padded.
-No positional encoding: the decays carry position (docs/math.md §5).
+No positional encoding by default: the decays (LION) or the recurrence (S5) carry position
+(docs/math.md §5); softmax attention needs `positional="sinusoidal"`.
 
 Parameter paths of an `LraClassifier` (for optimiser partitions):
   encoder/inputs/embed/embedding | encoder/inputs/dense/{kernel,bias}
@@ -17,6 +21,8 @@ Parameter paths of an `LraClassifier` (for optimiser partitions):
   encoder/blocks/<i>/mixer/{q_proj,k_proj,v_proj}/kernel, mixer/out_proj/{kernel,bias}
   encoder/blocks/<i>/mixer/decay_base                        the base (HiPPO/Δ) decay, [H, G]
   encoder/blocks/<i>/mixer/decay_gate/{kernel,bias}          the selective gate
+  encoder/blocks/<i>/mixer/{lambda_re,lambda_im,b_re,b_im,c_re,c_im,d,log_step}   (mixer="s5")
+  encoder/blocks/<i>/mixer/qkv/kernel, mixer/out/{kernel,bias}                      (mixer="softmax")
   encoder/blocks/<i>/{gate,value}/{kernel,bias}              GLU (transformer: mlp_in, mlp_out)
   head/{kernel,bias} | head/hidden/..., head/out/...          (retrieval)
 BatchNorm running statistics (nnx.BatchStat): encoder/blocks/<i>/norm/{mean,var}.
@@ -34,7 +40,7 @@ from lion_jax.config import ModelConfig
 
 
 class InputEncoder(nnx.Module):
-  """Maps raw inputs to d_model features; no positional encoding.
+  """Maps raw inputs to d_model features, plus fixed position encodings with positional="sinusoidal".
 
   encoder="embed": token ids (or 8-bit pixel values used as tokens) → embedding table. It is
   initialised like S5's one-hot → Dense encoder (std 1/√vocab), without the bias.
@@ -48,6 +54,7 @@ class InputEncoder(nnx.Module):
 
   def __init__(self, config: ModelConfig, vocab_size: int, *, rngs: nnx.Rngs):
     self.kind = config.encoder
+    self.positional = config.positional
     self.mean, self.std = float(config.input_mean), float(config.input_std)
     if config.encoder == "embed":
       init = nnx.initializers.normal(vocab_size ** -0.5)
@@ -59,11 +66,27 @@ class InputEncoder(nnx.Module):
       self.dense = nnx.Linear(1, config.d_model, dtype=config.compute_dtype, rngs=rngs)
 
   def __call__(self, inputs):
-    """[B, L] ids or pixel values → [B, L, M] features."""
+    """[B, L] ids or pixel values → [B, L, M] features (plus positions with "sinusoidal")."""
     if self.embed is not None:
-      return self.embed(inputs.astype(jnp.int32))
-    pixels = (inputs.astype(jnp.float32) / 255.0 - self.mean) / self.std  # [B, L]
-    return self.dense(pixels[..., None])
+      x = self.embed(inputs.astype(jnp.int32))
+    else:
+      pixels = (inputs.astype(jnp.float32) / 255.0 - self.mean) / self.std  # [B, L]
+      x = self.dense(pixels[..., None])
+    if self.positional == "sinusoidal":
+      x = x + sinusoidal_positions(x.shape[1], x.shape[2]).astype(x.dtype)
+    return x
+
+
+def sinusoidal_positions(length: int, width: int):
+  """Fixed position encodings (Vaswani et al. 2017, Sec. 3.5): [L, M] float32.
+
+  Column 2i is sin(t / 10000^(2i/M)) and column 2i + 1 is cos of the same angle.
+  """
+  position = jnp.arange(length, dtype=jnp.float32)[:, None]  # [L, 1]
+  frequency = 10000.0 ** (-jnp.arange(0, width, 2, dtype=jnp.float32) / width)  # [⌈M/2⌉]
+  angles = position * frequency  # [L, ⌈M/2⌉]
+  table = jnp.stack([jnp.sin(angles), jnp.cos(angles)], axis=-1).reshape(length, -1)
+  return table[:, :width]
 
 
 class LionEncoder(nnx.Module):
@@ -142,7 +165,7 @@ class RetrievalHead(nnx.Module):
 
 
 class LraClassifier(nnx.Module):
-  """A LION model for one LRA task: encoder tower, masked mean pooling, classification head.
+  """A model for one LRA task: encoder tower, masked mean pooling, classification head.
 
   Args:
     config: the model configuration (e.g. `preset("listops")`).

@@ -13,10 +13,12 @@ import enum
 # Allowed values of every string option (the first one is `ModelConfig`'s default unless the field
 # says otherwise). Keys are the `ModelConfig` field names, which are also the argument names.
 CHOICES: dict[str, tuple[str, ...]] = {
+    "mixer": ("lion", "s5", "softmax"),
     "block": ("s5", "transformer"),
     "norm": ("batch", "layer"),
     "activation": ("half_glu1", "half_glu2", "full_glu", "gelu"),
     "encoder": ("embed", "dense"),
+    "positional": ("none", "sinusoidal"),
     "feature_map": ("silu_norm", "elu1", "sigmoid", "relu", "identity"),
     "decay": ("lit", "fixed", "selective"),
     "decay_shape": ("scalar", "vector"),
@@ -29,6 +31,8 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "form": ("auto", "attention", "rnn", "scan", "chunk", "chunk_scan"),
     "dtype": ("float32", "bfloat16", "float64"),
     "scan_order": ("raster", "snake", "snake_outputs"),
+    "ssm_scan": ("associative", "linear"),
+    "c_init": ("lecun_normal", "trunc_standard_normal", "complex_normal"),
 }
 
 

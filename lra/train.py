@@ -68,11 +68,19 @@ def check_config(config: config_dict.ConfigDict) -> ModelConfig:
   if seq > 1:  # every LION layer splits its sequence over the mesh's `seq` axis
     model["sequence_axis"] = steps.SEQUENCE_AXIS
     _check_splittable(config)
-  return ModelConfig(**model)
+  model = ModelConfig(**model)
+  if config.eval_form and model.mixer != "lion":
+    raise ValueError(f"config.eval_form={config.eval_form!r} picks one of LION's evaluation forms; "
+                     f"model.mixer={model.mixer!r} has one form. Leave config.eval_form empty.")
+  return model
 
 
 def _check_splittable(config: config_dict.ConfigDict) -> None:
   """Raises a ValueError naming the field when config.mesh splits sequences the model cannot."""
+  if config.model.mixer != "lion":
+    raise ValueError(f"config.mesh={tuple(config.mesh)} splits every sequence over 'seq', which "
+                     f"only LION's chunk_scan can do; config.model.mixer={config.model.mixer!r}. "
+                     "Use --config.mesh='(-1, 1)' for the baselines.")
   forms = {"config.model.form": config.model.form, "config.eval_form": eval_form(config)}
   for field, form in forms.items():
     if form not in ("chunk_scan", "auto"):

@@ -1,4 +1,7 @@
-"""Fast correctness checks of the benchmark peers in bench/baselines (not part of lion_jax)."""
+"""The baseline mixers of the paper's Table 7: S5 (`lion_jax.s5`) and softmax attention
+(`lion_jax.softmax`), each against its definition in float64 NumPy, and inside `LraClassifier`."""
+
+import importlib
 
 import jax
 import jax.numpy as jnp
@@ -6,7 +9,15 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from bench.baselines import S5Layer, SoftmaxAttention, make_dplr_hippo, s5_scan
+from configs import common
+from configs import listops as listops_config
+from lion_jax import LraClassifier, ModelConfig
+from lion_jax.models import sinusoidal_positions
+from lion_jax.s5 import S5Mixer, hippo_n, linear_recurrence
+from lion_jax.softmax import SoftmaxMixer
+from lra import optim, train
+
+S5_TINY = dict(mixer="s5", d_model=4, ssm_size=8, ssm_blocks=2)
 
 
 def _loop_scan(lambda_bar, bu, reverse=False):
@@ -24,73 +35,237 @@ def _loop_scan(lambda_bar, bu, reverse=False):
 
 @pytest.mark.parametrize("method", ["associative", "linear"])
 @pytest.mark.parametrize("reverse", [False, True])
-def test_s5_scan_equals_python_loop(method, reverse):
+def test_linear_recurrence_equals_python_loop(method, reverse):
   rng = np.random.default_rng(0)
   lam = np.exp((-0.5 + 1j * rng.normal(size=8)) * 0.1).astype(np.complex64)
   bu = (rng.normal(size=(2, 37, 8)) + 1j * rng.normal(size=(2, 37, 8))).astype(np.complex64)
-  got = s5_scan(jnp.asarray(lam), jnp.asarray(bu), reverse=reverse, method=method)
+  got = linear_recurrence(jnp.asarray(lam), jnp.asarray(bu), reverse=reverse, method=method)
   np.testing.assert_allclose(np.asarray(got), _loop_scan(lam, bu, reverse), rtol=1e-5, atol=1e-5)
 
 
-def test_hippo_eigenvalues():
-  lam, v, _ = make_dplr_hippo(16)
+def test_hippo_n_is_diagonalised_with_real_part_one_half():
+  lam, v = hippo_n(16)
   np.testing.assert_allclose(lam.real, -0.5, atol=1e-12)  # normal part: constant −½ real part
   np.testing.assert_allclose(v.conj().T @ v, np.eye(16), atol=1e-10)  # unitary eigenvectors
+  q = np.sqrt(1 + 2 * np.arange(16))
+  legs = -(np.tril(q[:, None] * q[None, :]) - np.diag(np.arange(16)))
+  p = np.sqrt(np.arange(16) + 0.5)
+  np.testing.assert_allclose(v @ np.diag(lam) @ v.conj().T, legs + np.outer(p, p), atol=1e-9)
   assert np.all(np.abs(lam.imag) > 0)
 
 
-def _zoh(layer):
-  """Zero-order hold in complex128 from the layer's continuous parameters, written from the
-  formula: Λ̄ = e^{ΛΔ} and B̄ = ∫₀^Δ e^{Λs} ds · B̃ = (Λ̄ − 1)/Λ · B̃ (the layer's `discretize` unused)."""
-  lam = np.asarray(layer.lambda_re[...], np.float64) + 1j * np.asarray(layer.lambda_im[...])
-  step = np.exp(np.asarray(layer.log_step[...], np.float64))
-  b_tilde = np.asarray(layer.b_re[...], np.float64) + 1j * np.asarray(layer.b_im[...])
-  lambda_bar = np.exp(lam * step)
-  return lambda_bar, ((lambda_bar - 1.0) / lam)[:, None] * b_tilde
-
-
 def test_zoh_closed_form_is_the_integral_it_stands_for():
-  """Guards `_zoh` itself: (e^{λΔ} − 1)/λ equals ∫₀^Δ e^{λs} ds by the midpoint rule."""
+  """Guards the reference's B̄: (e^{λΔ} − 1)/λ equals ∫₀^Δ e^{λs} ds by the midpoint rule."""
   lam, step = -0.5 + 2.0j, 0.07
   s = (np.arange(10_000) + 0.5) * step / 10_000
   np.testing.assert_allclose((np.exp(lam * step) - 1.0) / lam, np.exp(lam * s).sum() * step / 10_000,
                              rtol=1e-8)
 
 
-def test_s5_layer_matches_loop_reference():
-  layer = S5Layer(8, ssm_size=8, blocks=2, rngs=nnx.Rngs(0))
-  x = jax.random.normal(jax.random.PRNGKey(1), (2, 11, 8))
-  lambda_bar, b_bar = _zoh(layer)
-  bu = np.einsum("blh,ph->blp", np.asarray(x, np.complex128), np.asarray(b_bar, np.complex128))
-  states = np.concatenate([_loop_scan(lambda_bar, bu), _loop_scan(lambda_bar, bu, True)], -1)
-  c = np.asarray(layer.c_re[...]) + 1j * np.asarray(layer.c_im[...])
-  want = 2 * np.einsum("blp,hp->blh", states, c).real + np.asarray(layer.d[...]) * np.asarray(x)
-  for method in ("associative", "linear"):
-    layer.method = method
-    np.testing.assert_allclose(np.asarray(layer(x)), want, rtol=1e-4, atol=1e-4)
-  assert np.all(np.abs(np.asarray(lambda_bar)) < 1)  # stable discretisation
+def s5_reference(params, u, lengths):
+  """The bidirectional S5 SSM from its definition, per example over its real tokens only.
+
+  Args:
+    params: the S5Mixer's parameters as float64 arrays (keys as the module's attributes); Re Λ
+      is clipped to ≤ −1e-4 (HiPPO-N has Re Λ = −½, so the clip only matters with clip_eigs).
+    u: [B, L, M] float64 inputs (padded positions are never read).
+    lengths: [B] real lengths.
+
+  Returns:
+    [B, L, M] float64 outputs, zero at padding.
+  """
+  lam = np.minimum(params["lambda_re"], -1e-4) + 1j * params["lambda_im"]  # [N], clip_eigs
+  lambda_bar = np.exp(lam * np.exp(params["log_step"]))  # ZOH; log_step [N] or [1]
+  b_bar = ((lambda_bar - 1.0) / lam)[:, None] * (params["b_re"] + 1j * params["b_im"])  # [N, M]
+  c = params["c_re"] + 1j * params["c_im"]  # [M, 2N]
+  n = lam.shape[0]
+  out = np.zeros_like(u)
+  for i, length in enumerate(lengths):
+    forward, backward = np.zeros((length, n), complex), np.zeros((length, n), complex)
+    x = np.zeros(n, complex)
+    for t in range(length):
+      x = lambda_bar * x + b_bar @ u[i, t]
+      forward[t] = x
+    x = np.zeros(n, complex)
+    for t in reversed(range(length)):  # starts at the last real token
+      x = lambda_bar * x + b_bar @ u[i, t]
+      backward[t] = x
+    y = 2 * (forward @ c[:, :n].T + backward @ c[:, n:].T).real  # conjugate symmetry
+    out[i, :length] = y + params["d"] * u[i, :length]
+  return out
 
 
-def test_s5_layer_is_bidirectional():
-  layer = S5Layer(4, ssm_size=8, blocks=1, rngs=nnx.Rngs(0))
+@pytest.mark.parametrize("method,options", [
+    ("associative", {}),
+    ("linear", dict(dt_global=True, c_init="complex_normal", clip_eigs=True)),
+])
+def test_s5_mixer_equals_the_definition_in_float64_with_padding(method, options):
+  """Outputs and gradients (parameters and inputs) of the mixer against `s5_reference`, with
+  garbage in the padding; gradients against central differences of the reference."""
+  with jax.enable_x64(True):
+    mixer = S5Mixer(ModelConfig(**S5_TINY, ssm_scan=method, **options), rngs=nnx.Rngs(0))
+    graphdef, state = nnx.split(mixer)
+    state = jax.tree.map(lambda x: x.astype(jnp.float64), state)
+    names = ("lambda_re", "lambda_im", "b_re", "b_im", "c_re", "c_im", "d", "log_step")
+    params = {k: np.asarray(state[k][...]) for k in names}
+    rng = np.random.default_rng(1)
+    lengths = np.array([9, 5])
+    u = rng.normal(size=(2, 9, 4))
+    u[1, 5:] = 50.0 * rng.normal(size=(4, 4))  # padding: garbage the mixer must ignore
+    mask = np.arange(9) < lengths[:, None]
+    weights = rng.normal(size=u.shape) * mask[..., None]  # the loss reads real positions only
+
+    def loss(params, u):
+      for k in names:
+        state[k] = nnx.Param(params[k])
+      return jnp.sum(nnx.merge(graphdef, state)(u, jnp.asarray(mask)) * weights)
+
+    with_padding = nnx.merge(graphdef, state)(jnp.asarray(u), jnp.asarray(mask))
+    np.testing.assert_allclose(np.asarray(with_padding) * mask[..., None],
+                               s5_reference(params, u, lengths), rtol=1e-10, atol=1e-12)
+
+    grads = jax.grad(loss, argnums=(0, 1))(jax.tree.map(jnp.asarray, params), jnp.asarray(u))
+    reference_loss = lambda p, x: np.sum(s5_reference(p, x, lengths) * weights)
+    for seed in range(3):  # directional derivatives along random directions
+      d_rng = np.random.default_rng(10 + seed)
+      dp = {k: d_rng.normal(size=v.shape) for k, v in params.items()}
+      du = d_rng.normal(size=u.shape)
+      eps = 1e-6
+      plus = reference_loss({k: params[k] + eps * dp[k] for k in names}, u + eps * du)
+      minus = reference_loss({k: params[k] - eps * dp[k] for k in names}, u - eps * du)
+      numeric = (plus - minus) / (2 * eps)
+      analytic = sum(np.sum(np.asarray(grads[0][k]) * dp[k]) for k in names)
+      analytic += np.sum(np.asarray(grads[1]) * du)
+      np.testing.assert_allclose(analytic, numeric, rtol=1e-6)
+
+
+@pytest.mark.parametrize("c_init,mean_square", [
+    ("lecun_normal", lambda p, m: 2 / (p * m)),  # C entries ~ 1/√(P·M) per real part
+    ("trunc_standard_normal", lambda p, m: 2 / p),
+    ("complex_normal", lambda p, m: 1.0),
+])
+def test_s5_c_init_scales(c_init, mean_square):
+  """E|C̃|² = 2σ² (V's columns have unit norm), σ the std of C's real and imaginary parts."""
+  mixer = S5Mixer(ModelConfig(mixer="s5", d_model=64, ssm_size=64, ssm_blocks=4, c_init=c_init),
+                  rngs=nnx.Rngs(0))
+  c = np.asarray(mixer.c_re[...]) + 1j * np.asarray(mixer.c_im[...])
+  assert c.shape == (64, 64)  # [M, 2N], N = 32
+  np.testing.assert_allclose(np.mean(np.abs(c) ** 2), mean_square(64, 64), rtol=0.1)
+
+
+def test_s5_mixer_reads_both_directions():
+  mixer = S5Mixer(ModelConfig(**S5_TINY), rngs=nnx.Rngs(0))
   x = jnp.zeros((1, 9, 4)).at[0, 6].set(1.0)
-  y = layer(x) - layer.d[...] * x
+  y = mixer(x) - mixer.d[...] * x
   assert float(jnp.abs(y[0, 2]).sum()) > 0 and float(jnp.abs(y[0, 8]).sum()) > 0
 
 
-def test_softmax_layer_equals_naive_attention():
-  layer = SoftmaxAttention(16, 4, rngs=nnx.Rngs(0))
-  x = jax.random.normal(jax.random.PRNGKey(2), (2, 13, 16))
-  mask = jnp.arange(13)[None, :] < jnp.array([[13], [9]])
-  got = layer(x, mask)
+def test_s5_eigenvalues_are_stable_and_clipped_when_asked():
+  mixer = S5Mixer(ModelConfig(**S5_TINY, clip_eigs=True), rngs=nnx.Rngs(0))
+  lambda_bar, _ = mixer.discretize()
+  assert np.all(np.abs(np.asarray(lambda_bar)) < 1)
+  mixer.lambda_re[...] = jnp.full_like(mixer.lambda_re[...], 0.3)
+  assert np.all(np.asarray(mixer.eigenvalues().real) == np.float32(-1e-4))
+
+
+@pytest.mark.parametrize("attention_dim", [None, 8])
+def test_softmax_mixer_equals_the_definition(attention_dim):
+  config = ModelConfig(mixer="softmax", d_model=16, num_heads=4, attention_dim=attention_dim)
+  mixer = SoftmaxMixer(config, rngs=nnx.Rngs(0))
+  x = jax.random.normal(jax.random.key(2), (2, 13, 16))
+  mask = np.arange(13)[None, :] < np.array([[13], [9]])
+  got = mixer(x, jnp.asarray(mask))
   assert got.shape == (2, 13, 16)
-  q, k, v = np.split(np.asarray(x) @ np.asarray(layer.qkv.kernel[...]), 3, axis=-1)
-  heads = lambda t: t.reshape(2, 13, 4, 4)
+  q, k, v = np.split(np.asarray(x, np.float64) @ np.asarray(mixer.qkv.kernel[...], np.float64), 3,
+                     axis=-1)
+  width = attention_dim or 16
+  heads = lambda t: t.reshape(2, 13, 4, width // 4)
   q, k, v = heads(q), heads(k), heads(v)
-  logits = np.einsum("bihd,bjhd->bhij", q, k) / 2.0
-  logits = np.where(np.asarray(mask)[:, None, None, :], logits, -np.inf)
+  logits = np.einsum("bihd,bjhd->bhij", q, k) / np.sqrt(width // 4)
+  logits = np.where(mask[:, None, None, :], logits, -np.inf)
   weights = np.exp(logits - logits.max(-1, keepdims=True))
   weights /= weights.sum(-1, keepdims=True)
-  y = np.einsum("bhij,bjhd->bihd", weights, v).reshape(2, 13, 16)
-  want = y @ np.asarray(layer.out.kernel[...]) + np.asarray(layer.out.bias[...])
+  y = np.einsum("bhij,bjhd->bihd", weights, v).reshape(2, 13, width)
+  want = y @ np.asarray(mixer.out.kernel[...]) + np.asarray(mixer.out.bias[...])
   np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-5)
+
+
+BASELINES = {
+    "s5": dict(mixer="s5", ssm_size=16, ssm_blocks=2),
+    "softmax": dict(mixer="softmax", block="transformer", norm="layer"),
+}
+
+
+@pytest.mark.parametrize("name", list(BASELINES))
+def test_padding_changes_no_logits_in_a_baseline_classifier(name):
+  """One example alone vs padded with garbage: the same logits in train and eval mode."""
+  config = ModelConfig(d_model=16, num_layers=2, num_heads=2, **BASELINES[name])
+  model = LraClassifier(config, num_classes=5, vocab_size=16, rngs=nnx.Rngs(0))
+  tokens = jax.random.randint(jax.random.key(3), (1, 11), 1, 16)
+  padded = jnp.concatenate([tokens, jax.random.randint(jax.random.key(4), (1, 9), 0, 16)], axis=1)
+  for train_mode in (True, False):
+    copies = [nnx.clone(model) for _ in range(2)]
+    for copy in copies:
+      copy.train() if train_mode else copy.eval()
+    short = copies[0](tokens, jnp.array([11]))
+    long = copies[1](padded, jnp.array([11]))
+    np.testing.assert_allclose(np.asarray(long), np.asarray(short), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("field,value", [("decay", "fixed"), ("form", "rnn"), ("chunk_size", 16),
+                                         ("feature_map", "elu1")])
+def test_a_lion_field_on_s5_is_an_error_naming_field_and_mixer(field, value):
+  with pytest.raises(ValueError, match=rf"ModelConfig\.{field}=.*mixer='s5'"):
+    ModelConfig(mixer="s5", **{field: value})
+
+
+def test_an_s5_field_on_lion_is_an_error():
+  with pytest.raises(ValueError, match=r"ModelConfig\.ssm_size=.*mixer='lion'"):
+    ModelConfig(ssm_size=64)
+
+
+def test_sinusoidal_positions_follow_the_definition():
+  table = np.asarray(sinusoidal_positions(7, 6))
+  t, i = np.arange(7)[:, None], np.arange(3)[None, :]
+  angle = t / 10000.0 ** (2 * i / 6)
+  np.testing.assert_allclose(table[:, 0::2], np.sin(angle), rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(table[:, 1::2], np.cos(angle), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("task", ["text", "retrieval", "image", "pathfinder"])
+@pytest.mark.parametrize("variant,mixer", [("s5", "s5"), ("transformer", "softmax")])
+def test_every_baseline_config_builds_a_valid_model_config(variant, mixer, task):
+  config = importlib.import_module(f"configs.{task}").get_config(variant)
+  assert train.check_config(config).mixer == mixer
+
+
+@pytest.mark.parametrize("variant,mixer", [("s5", "s5"), ("transformer", "softmax")])
+def test_listops_baseline_configs_are_valid_and_reject_eval_form(variant, mixer):
+  config = listops_config.get_config(variant)
+  assert train.check_config(config).mixer == mixer
+  config.eval_form = "rnn"
+  with pytest.raises(ValueError, match=rf"config\.eval_form='rnn'.*mixer='{mixer}'"):
+    train.check_config(config)
+
+
+def test_a_form_asked_of_a_baseline_at_call_time_is_an_error():
+  model = LraClassifier(ModelConfig(**S5_TINY), num_classes=3, vocab_size=8, rngs=nnx.Rngs(0))
+  with pytest.raises(ValueError, match=r"mixer='s5'"):
+    model(jnp.ones((1, 4), jnp.int32), jnp.array([4]), form="rnn")
+
+
+@pytest.mark.parametrize("opt_config,ssm_lr_names", [
+    ("BfastandCdecay", {"lambda_re", "lambda_im", "log_step"}),
+    ("standard", {"lambda_re", "lambda_im", "log_step", "b_re", "b_im"}),
+])
+def test_s5_param_groups_follow_the_release_opt_config(opt_config, ssm_lr_names):
+  """S5's ssm_lr group (`decay` here: decay_learning_rate, no weight decay) holds the listed SSM
+  parameters and the norms; C, D and everything else train at the learning rate."""
+  model = LraClassifier(ModelConfig(**S5_TINY), num_classes=3, vocab_size=8, rngs=nnx.Rngs(0))
+  table = optim.group_table(nnx.state(model, nnx.Param), common.S5_PARAM_GROUPS[opt_config])
+  mixer = {name.rsplit("/", 1)[1] for name in table["decay"] if "/mixer/" in name}
+  assert mixer == ssm_lr_names
+  assert all("/mixer/" in name or "/norm/" in name for name in table["decay"])
+  assert any("/norm/" in name for name in table["decay"])
+  assert {name.rsplit("/", 1)[1] for name in table["default"] if "/mixer/" in name} == (
+      {"lambda_re", "lambda_im", "log_step", "b_re", "b_im", "c_re", "c_im", "d"} - ssm_lr_names)

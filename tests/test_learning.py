@@ -20,6 +20,10 @@ MODELS = {
     "lion_s": ModelConfig(**TINY),
     "lion_d": ModelConfig(**TINY, decay="fixed"),
     "transformer": ModelConfig(**TINY, block="transformer", norm="layer"),
+    # The Table 7 baselines in the same classifier.
+    "s5": ModelConfig(d_model=16, num_layers=2, mixer="s5", ssm_size=8, ssm_blocks=2),
+    "softmax": ModelConfig(d_model=16, num_layers=2, num_heads=2, mixer="softmax",
+                           block="transformer", norm="layer", positional="sinusoidal"),
 }
 
 
