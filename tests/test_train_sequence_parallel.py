@@ -109,3 +109,13 @@ def test_a_sequence_split_the_model_cannot_run_is_named(field, value, message):
     train.check_config(config)
   config.mesh = (-1, 1)
   assert train.check_config(config).sequence_axis is None
+
+
+@pytest.mark.parametrize("variant", ["s5", "transformer"])
+def test_a_sequence_split_of_a_baseline_mixer_is_named(variant):
+  config = listops.get_config(f"{variant},runlocal")
+  config.mesh = (-1, 2)
+  with pytest.raises(ValueError, match=r"config\.mesh=\(-1, 2\).*config\.model\.mixer="):
+    train.check_config(config)
+  config.mesh = (-1, 1)
+  assert train.check_config(config).mixer == config.model.mixer
