@@ -181,7 +181,7 @@ QUICK_CORRECTNESS_SHAPES = (CorrectnessShape("vector decays, L=24, C=8", 1, 24, 
 
 
 def _enable_x64():
-  """float64 on inside a `with`: `jax.enable_x64` (JAX 0.10, 0.11), else the older
+  """float64 on inside a `with`: `jax.enable_x64` (JAX 0.10 to 0.12), else the older
   `jax.experimental.enable_x64`."""
   import jax  # pylint: disable=import-outside-toplevel
   if hasattr(jax, "enable_x64"):

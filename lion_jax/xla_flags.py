@@ -16,7 +16,9 @@ before importing lion_jax should call `disable_crashing_cpu_fusions()` first, or
 themselves.
 
 A user's own choice wins: if `XLA_FLAGS` already names the YNN fusion flag, it is left alone. The
-flag is added only for the jaxlib versions known to have it (XLA aborts on an unknown flag).
+flag is added only on jaxlib 0.10.x, where the crash was seen; later jaxlibs keep XLA's defaults.
+(XLA aborts on a flag it does not know; jaxlib 0.12 still knows this one, and still builds YNN
+fusions by default, but the crash was not reproduced on it: see the README.)
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from __future__ import annotations
 import os
 
 YNN_FUSION_FLAG = "--xla_cpu_experimental_ynn_fusion_type"
-# jaxlib releases whose XLA:CPU has the flag (and the crash); [first, end).
+# jaxlib releases that get the flag, [first, end): those on which the crash was seen.
 _JAXLIB_WITH_YNN_FUSIONS = ((0, 10), (0, 11))
 
 

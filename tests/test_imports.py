@@ -1,0 +1,51 @@
+"""Every module of the project imports on the installed JAX, Flax, Optax, Orbax and Grain.
+
+A module whose import breaks on a new release (a removed API used at import time, a renamed
+module) fails here by name, even when no other test reaches it. The bench scripts are imported
+from their files, as `python bench/x.py` would run them, without calling their `main`.
+"""
+
+import importlib
+import importlib.util
+import pkgutil
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("lion_jax", "lra", "configs", "bench.baselines")
+
+
+def _modules():
+  names = []
+  for package in PACKAGES:
+    names.append(package)
+    path = ROOT.joinpath(*package.split("."))
+    names += [info.name for info in pkgutil.walk_packages([str(path)], prefix=f"{package}.")
+              if not info.name.endswith("__main__")]
+  return sorted(names)
+
+
+def _bench_scripts():
+  return sorted(path.name for path in (ROOT / "bench").glob("*.py"))
+
+
+def test_the_module_lists_are_not_empty():
+  assert len(_modules()) > 50 and "lra.data.generators.pathfinder_draw" in _modules()
+  assert "forms.py" in _bench_scripts()
+
+
+@pytest.mark.parametrize("name", _modules())
+def test_module_imports(name):
+  importlib.import_module(name)
+
+
+@pytest.mark.parametrize("script", _bench_scripts())
+def test_bench_script_imports(script, monkeypatch):
+  path = ROOT / "bench" / script
+  monkeypatch.syspath_prepend(str(path.parent))
+  spec = importlib.util.spec_from_file_location(f"bench_script_{path.stem}", path)
+  module = importlib.util.module_from_spec(spec)
+  monkeypatch.setitem(sys.modules, spec.name, module)
+  spec.loader.exec_module(module)
