@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("lion_jax", "lra", "configs", "bench.baselines")
+PACKAGES = ("lion_jax", "lra", "configs")
 
 
 def _modules():
@@ -32,7 +32,7 @@ def _bench_scripts():
 
 
 def test_the_module_lists_are_not_empty():
-  assert len(_modules()) > 50 and "lra.data.generators.pathfinder_draw" in _modules()
+  assert len(_modules()) > 50 and "lion_jax.s5" in _modules() and "lra.data.generators.pathfinder_draw" in _modules()
   assert "forms.py" in _bench_scripts()
 
 
