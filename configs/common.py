@@ -16,13 +16,14 @@ dotted-field overrides applied on top of the task's config.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import os
 import typing
 from typing import Any
 
 from ml_collections import config_dict
 
-from lion_jax.config import ModelConfig, preset
+from lion_jax.config import MIXER_FIELDS, ModelConfig, preset
 
 from configs.ablations import ABLATION_VARIANTS, cpu_long_preset, cpu_preset
 
@@ -83,8 +84,24 @@ S5_PARAM_GROUPS = {
 
 
 def task_variants(task: str) -> dict[str, dict[str, Any]]:
-  """The variants `configs/<task>.py` accepts: `VARIANTS`, plus `GRID_VARIANTS` for image tasks."""
-  return VARIANTS | (GRID_VARIANTS if preset(task).grid is not None else {})
+  """The variants `configs/<task>.py` accepts: `VARIANTS`, `GRID_VARIANTS` for image tasks, and
+  the baselines its module lists in `BASELINES` (their task settings not included)."""
+  baselines = getattr(importlib.import_module(f"configs.{task}"), "BASELINES", {})
+  return (VARIANTS | (GRID_VARIANTS if preset(task).grid is not None else {})
+          | {name: BASELINE_VARIANTS[name] for name in baselines})
+
+
+def for_mixer(overrides: dict[str, Any], mixer: str) -> dict[str, Any]:
+  """`overrides` without the model fields that only another mixer reads (`MIXER_FIELDS`).
+
+  The `cpu`, `cpu_long` and `runlocal` presets size every model by one rule: the same width,
+  depth, heads, data and schedule for all of them, while each mixer keeps its own layer-internal
+  settings (LION's chunk size, S5's P and J, the Transformer's MLP ratio). A preset's LION-only
+  field (e.g. `model.chunk_size`) is therefore left out for S5 and the Transformer.
+  """
+  foreign = {name for owner, names in MIXER_FIELDS.items() if owner != mixer for name in names}
+  return {k: v for k, v in overrides.items()
+          if not (k.startswith("model.") and k.removeprefix("model.") in foreign)}
 
 DEFAULT_MESH = (-1, 1)
 
@@ -260,10 +277,11 @@ def get_base_config(task: str, arg: str | None, *, batch_size: int, num_epochs: 
   # The model: exactly the fields of `lion_jax.config.ModelConfig`, from the task preset.
   config.model = model_config_dict(task)
   set_fields(config, variants[args.variant], f"variant {args.variant!r}")
+  mixer = config.model.mixer
   if args.cpu:  # a small model and short run on the task's data (configs/ablations.py)
-    set_fields(config, cpu_preset(task), "cpu")
+    set_fields(config, for_mixer(cpu_preset(task), mixer), "cpu")
   if args.cpu_long:  # long ListOps for the HiPPO-vs-random question (configs/ablations.py)
-    set_fields(config, cpu_long_preset(task), "cpu_long")
+    set_fields(config, for_mixer(cpu_long_preset(task), mixer), "cpu_long")
   if args.runlocal:
-    set_fields(config, RUNLOCAL, "runlocal")
+    set_fields(config, for_mixer(RUNLOCAL, mixer), "runlocal")
   return config, args

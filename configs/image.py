@@ -53,9 +53,13 @@ TRANSFORMER = {
 }
 
 
+# The Table 7 baselines of this task (`common.BASELINE_VARIANTS`), as `:s5` and `:transformer`.
+BASELINES = {"s5": S5, "transformer": TRANSFORMER}
+
+
 def get_config(arg=None):
   """Image with S5's schedule (docs/design.md §3): batch 50, 250 epochs, weight decay 0.07."""
   config, _ = common.get_base_config(
       "image", arg, batch_size=50, num_epochs=250, weight_decay=0.07,
-      baselines={"s5": S5, "transformer": TRANSFORMER})
+      baselines=BASELINES)
   return config

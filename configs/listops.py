@@ -64,11 +64,15 @@ TRANSFORMER = {
 }
 
 
+# The Table 7 baselines of this task (`common.BASELINE_VARIANTS`), as `:s5` and `:transformer`.
+BASELINES = {"s5": S5, "transformer": TRANSFORMER}
+
+
 def get_config(arg=None):
   """ListOps with S5's schedule (docs/design.md §3): batch 50, 40 epochs, weight decay 0.04."""
   config, args = common.get_base_config(
       "listops", arg, batch_size=50, num_epochs=40, weight_decay=0.04,
-      extra_args={"demo": False}, baselines={"s5": S5, "transformer": TRANSFORMER})
+      extra_args={"demo": False}, baselines=BASELINES)
   if args.runlocal:
     config.seq_len = 128
     config.data_dir = common.RUNLOCAL_DATA_DIR

@@ -52,11 +52,15 @@ TRANSFORMER = {
 }
 
 
+# The Table 7 baselines of this task (`common.BASELINE_VARIANTS`), as `:s5` and `:transformer`.
+BASELINES = {"s5": S5, "transformer": TRANSFORMER}
+
+
 def get_config(arg=None):
   """Pathfinder with S5's schedule (docs/design.md §3): batch 64, 200 epochs, weight decay 0.03."""
   config, args = common.get_base_config(
       "pathfinder", arg, batch_size=64, num_epochs=200, weight_decay=0.03,
-      baselines={"s5": S5, "transformer": TRANSFORMER})
+      baselines=BASELINES)
   if args.runlocal:
     config.data_dir = common.RUNLOCAL_DATA_DIR
     config.generate = dict(num=192, seed=0, workers=1)

@@ -51,11 +51,15 @@ TRANSFORMER = {
 }
 
 
+# The Table 7 baselines of this task (`common.BASELINE_VARIANTS`), as `:s5` and `:transformer`.
+BASELINES = {"s5": S5, "transformer": TRANSFORMER}
+
+
 def get_config(arg=None):
   """Retrieval with S5's schedule (docs/design.md §3): batch 32, 20 epochs, weight decay 0.05."""
   config, args = common.get_base_config(
       "retrieval", arg, batch_size=32, num_epochs=20, weight_decay=0.05,
-      baselines={"s5": S5, "transformer": TRANSFORMER})
+      baselines=BASELINES)
   if args.runlocal:
     config.seq_len = 128
   return config

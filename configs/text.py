@@ -53,11 +53,15 @@ TRANSFORMER = {
 }
 
 
+# The Table 7 baselines of this task (`common.BASELINE_VARIANTS`), as `:s5` and `:transformer`.
+BASELINES = {"s5": S5, "transformer": TRANSFORMER}
+
+
 def get_config(arg=None):
   """Text with S5's schedule (docs/design.md §3): batch 50, 35 epochs, no warmup."""
   config, args = common.get_base_config(
       "text", arg, batch_size=50, num_epochs=35, weight_decay=0.07, warmup_epochs=0.0,
-      baselines={"s5": S5, "transformer": TRANSFORMER})
+      baselines=BASELINES)
   config.task_options = dict(val_split="test")
   if args.runlocal:
     config.seq_len = 256

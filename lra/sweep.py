@@ -19,9 +19,10 @@ number beside each; `configs/ablations.PAPER`) and `results.png` (bars per task)
 
 `--list` prints one shell command per unfinished run for a cluster scheduler (generate the
 data first with `--prepare-only`: parallel jobs must not generate the same data set at once).
-Variant groups: `table3`, `table6`, `selective`, `hippo_vs_random`, `snake`
-(`configs/ablations.GROUPS`) and `all`. The snake variants (LION♮) run on the image tasks only;
-other tasks skip them.
+Variant groups: `table3`, `table6`, `table7`, `selective`, `hippo_vs_random`, `snake`
+(`configs/ablations.GROUPS`) and `all`. The snake variants (LION♮) run on the image tasks only,
+the baselines (`s5`, `transformer`) on the tasks whose config lists them (all but Path-X); other
+tasks skip them.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ def expand_variants(spec: str) -> list[str]:
   """
   names: list[str] = []
   for item in (s.strip() for s in spec.split(",") if s.strip()):
-    known = common.VARIANTS | common.GRID_VARIANTS
+    known = common.VARIANTS | common.GRID_VARIANTS | common.BASELINE_VARIANTS
     if item == "all":
       group = tuple(known)
     elif item in ablations.GROUPS:
@@ -94,7 +95,8 @@ def plan(tasks: list[str], variants: list[str], seeds: list[int], workdir: str |
   base = Path() if Path.cwd().resolve() == ROOT else ROOT
   runs = []
   for task in tasks:
-    # A grid variant (LION♮) exists only for the image tasks; other tasks skip it.
+    # A grid variant (LION♮) exists only for the image tasks, a baseline only where the
+    # task config lists it; other tasks skip them.
     for variant in (v for v in variants if v in common.task_variants(task)):
       for seed in seeds:
         run_dir = Path(workdir) / task / variant / f"seed{seed}"
@@ -280,10 +282,12 @@ def main(argv: list[str] | None = None) -> int:
               python=args.python)
   skipped = [f"{v} on {t}" for t in tasks for v in variants if v not in common.task_variants(t)]
   if skipped:
-    print(f"sweep: not run (grid variants need an image task): {', '.join(skipped)}", flush=True)
+    print(f"sweep: not run (the task has no such variant: snakes need an image task, the "
+          f"baselines a task config that lists them): {', '.join(skipped)}", flush=True)
   if not runs:
     raise SystemExit(f"sweep: no task of --tasks {args.tasks} has any of the variants "
-                     f"{', '.join(variants)}; snake variants need image, pathfinder or pathx")
+                     f"{', '.join(variants)}; snake variants need image, pathfinder or pathx, and "
+                     "Path-X has no baselines")
   if args.list:
     for run in runs:
       if status(run) != "done":

@@ -1,5 +1,5 @@
 """The tables and plot of an `lra.sweep`: results.csv, results.md (laid out like the paper's
-Tables 3 and 6, our mean ± std beside the paper's number) and results.png.
+Tables 3, 6 and 7, our mean ± std beside the paper's number) and results.png.
 
 Accuracies are test accuracy at the best-validation checkpoint, in percent. The std is the
 sample standard deviation over seeds (n − 1); a single seed shows no ±.
@@ -111,12 +111,13 @@ def markdown(records: list[dict], tasks: list[str], variants: list[str], setting
         row.append(f"{ours} ({statistics.fmean(papers):.2f})" if None not in papers
                    else f"{ours} (✗)")
     lines.append(f"| {ablations.LABELS.get(variant, variant)} | " + " | ".join(row) + " |")
+  lines += _parameter_table(records, tasks, variants)
   done = sum(r["status"] == "done" for r in records)
   notes = [
       "",
       f"Test accuracy (%) at the best-validation step: our mean ± sample std over seeds "
       f"{', '.join(map(str, seeds))} ({done} of {len(records)} runs finished), and in "
-      "parentheses the paper's number (LION Tables 3 and 6; ✗ = the paper reports a failure "
+      "parentheses the paper's number (LION Tables 3, 6 and 7; ✗ = the paper reports a failure "
       "or no entry; none for variants that are not rows of those tables). `✗ diverged`: our "
       "run stopped on a non-finite loss. n/a: the variant does not exist for the task. Avg: "
       "over the columns shown, only when every column has a number.",
@@ -124,6 +125,21 @@ def markdown(records: list[dict], tasks: list[str], variants: list[str], setting
   if settings:
     notes.append(f"Sweep settings: `{settings}`.")
   return "\n".join(lines + notes) + "\n"
+
+
+def _parameter_table(records: list[dict], tasks: list[str], variants: list[str]) -> list[str]:
+  """Markdown lines: each variant's parameter count per task, from its finished runs
+  (models of different mixers are compared at these sizes); none before any run finished."""
+  counts = {(r["variant"], r["task"]): r["num_params"] for r in records
+            if r["status"] == "done" and r.get("num_params")}
+  if not counts:
+    return []
+  lines = ["", "| Parameters | " + " | ".join(ablations.TASK_LABELS[t] for t in tasks) + " |",
+           "|---|" + "---|" * len(tasks)]
+  for variant in variants:
+    cells = [f"{counts[variant, t]:,}" if (variant, t) in counts else "–" for t in tasks]
+    lines.append(f"| {ablations.LABELS.get(variant, variant)} | " + " | ".join(cells) + " |")
+  return lines
 
 
 def plot(records: list[dict], tasks: list[str], variants: list[str], path: Path) -> None:

@@ -60,9 +60,9 @@ def test_every_table_row_is_a_variant_and_every_variant_is_expected():
   assert set(EXPECTED) == set(common.VARIANTS)
   assert not set(ablations.ABLATION_VARIANTS) & {"lion_s", "lion_d", "lion_lit"}
   for group in ablations.GROUPS.values():
-    assert set(group) <= set(common.VARIANTS | common.GRID_VARIANTS)
+    assert set(group) <= set(common.VARIANTS | common.GRID_VARIANTS | common.BASELINE_VARIANTS)
     assert len(set(group)) == len(group)
-  assert len(ablations.GROUPS["table3"]) == 5 and len(ablations.GROUPS["table6"]) == 8
+  assert [len(ablations.GROUPS[t]) for t in ("table3", "table6", "table7")] == [5, 8, 5]
 
 
 @pytest.mark.parametrize("flags", ["", ",cpu", ",runlocal"])
@@ -76,19 +76,20 @@ def test_variant_differs_from_lion_s_in_exactly_its_fields(task, flags):
 
 
 def test_paper_numbers_cover_every_paper_row_and_task():
-  paper_rows = set(ablations.GROUPS["table3"]) | set(ablations.GROUPS["table6"])
+  paper_rows = {v for t in ("table3", "table6", "table7") for v in ablations.GROUPS[t]}
   assert set(ablations.PAPER) == paper_rows
-  assert set(common.VARIANTS | common.GRID_VARIANTS) <= set(ablations.LABELS)
+  assert set(common.VARIANTS | common.GRID_VARIANTS | common.BASELINE_VARIANTS) <= set(ablations.LABELS)
   for variant in paper_rows:
     assert set(ablations.PAPER[variant]) == set(common.TASKS) == set(ablations.TASK_LABELS)
     for task, value in ablations.PAPER[variant].items():
-      # Only Path-X has failures ("✗", None) in Tables 3 and 6.
+      # Only Path-X has failures ("✗", None) in Tables 3, 6 and 7.
       assert (value is None) <= (task == "pathx") and (value is None or 10 < value < 100)
   # Spot checks against the paper's Tables 3 and 6 ([5] and [6] share ListOps 60.12 there).
   assert ablations.PAPER["lion_s"]["listops"] == 62.25
   assert ablations.PAPER["abl5_scale_before_mask"]["listops"] == 60.12
   assert ablations.PAPER["abl6_no_selectivity"]["pathx"] == 96.30
   assert ablations.PAPER["lion_d_random"]["pathx"] is None
+  assert ablations.PAPER["s5"]["listops"] == 62.15 and ablations.PAPER["transformer"]["pathx"] is None
 
 
 @pytest.mark.parametrize("task", common.TASKS)
@@ -168,3 +169,18 @@ SLOW = [pytest.param(t, v, marks=pytest.mark.slow) for t in common.TASKS for v i
 @pytest.mark.parametrize("task,variant", FAST + SLOW)
 def test_variant_trains_a_runlocal_step(task, variant, tmp_path):
   _one_step(task, variant, tmp_path)
+
+
+@pytest.mark.parametrize("flag", ["cpu", "cpu_long"])
+def test_reduced_presets_size_every_table7_model_by_one_rule(flag):
+  """Same width, depth, heads, data and schedule for every mixer; LION-only fields stay LION's."""
+  configs = {v: _config("listops", f"{v},{flag}") for v in ablations.GROUPS["table7"]}
+  shared = ("model.d_model", "model.num_layers", "model.num_heads", "seq_len", "data_dir",
+            "batch_size", "num_train_steps", "learning_rate", "warmup_epochs")
+  for field in shared:
+    values = {v: configs[v][field] if "." not in field else configs[v].model[field.split(".")[1]]
+              for v in configs}
+    assert len(set(map(str, values.values()))) == 1, (field, values)
+  assert configs["s5"].model.chunk_size == common.model_config_dict("listops").chunk_size  # LION-only
+  for variant, config in configs.items():
+    assert train.check_config(config).mixer == config.model.mixer, variant

@@ -251,3 +251,26 @@ def test_snake_variants_run_on_image_tasks_only_and_have_no_paper_number(tmp_pat
   lines = (root / "out/results.md").read_text().splitlines()
   assert lines[2] == "| LION-S (w/ HiPPO) | 40.00 (62.25) | 70.00 (91.30) | 55.00 (76.78) |"
   assert lines[3] == "| LION-S♮ (snake orders) | n/a | 60.00 | – |"
+
+
+def test_table7_runs_the_baselines_where_the_task_has_them_and_prints_parameter_counts(tmp_path):
+  """`table7`: Transformer and S5 in the same sweep as LION, with the paper's Table 7 numbers;
+  Path-X lists no baselines, so it runs only the LION rows; every run's size is tabulated."""
+  assert sweep.expand_variants("table7") == ["transformer", "s5", "lion_lit", "lion_d", "lion_s"]
+  runs = sweep.plan(["listops", "pathx"], sweep.expand_variants("table7"), [0], tmp_path,
+                    flags=("cpu",))
+  assert [(r.task, r.variant) for r in runs if r.task == "pathx"] == [
+      ("pathx", "lion_lit"), ("pathx", "lion_d"), ("pathx", "lion_s")]
+  assert runs[0].command[2].endswith("configs/listops.py:transformer,cpu")
+
+  root = tmp_path / "sw"
+  runs = [_fake(root, "listops", "s5", 0, 0.50), _fake(root, "listops", "lion_s", 0, 0.40)]
+  for run, params in zip(runs, (12345, 67890)):
+    record = json.loads((run.workdir / "results.json").read_text())
+    (run.workdir / "results.json").write_text(json.dumps({**record, "num_params": params}))
+  os.makedirs(root / "out")
+  sweep_report.write_reports(runs, root / "out", ["listops"], ["s5", "lion_s"])
+  lines = (root / "out/results.md").read_text().splitlines()
+  assert lines[2] == "| S5 | 50.00 (62.15) |"
+  assert "| Parameters | ListOps |" in lines
+  assert "| S5 | 12,345 |" in lines and "| LION-S (w/ HiPPO) | 67,890 |" in lines
