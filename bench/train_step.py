@@ -2,6 +2,12 @@
 
   .venv/bin/python bench/train_step.py            # every preset, reduced batch, full length
   .venv/bin/python bench/train_step.py --quick    # ListOps `runlocal` only
+  .venv/bin/python bench/train_step.py --variants lion_s,s5,transformer --forms chunk_scan:64 --batch 1
+
+`--variants` lists configs/<task>.py variants side by side (default: LION-S next to the Table 7
+baselines S5 and Transformer, each at its own task preset). LION variants run every `--forms`
+entry; a baseline has one form and runs once. A task whose config has no such variant (Path-X
+has no baselines) skips it.
 
 The step is the real one (`lra.steps.jit_train_step`: AdamW with the config's parameter groups,
 state donated) on synthetic batches of the task's shapes (`lra.tasks` TaskInfo), timed by the
@@ -31,6 +37,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 import harness  # noqa: E402
+from configs import common  # noqa: E402
 from lra import optim, steps  # noqa: E402
 from lra.tasks import get_task  # noqa: E402
 from lra.train import check_config  # noqa: E402
@@ -61,8 +68,11 @@ def synthetic_batch(info, seq_len, batch, seed):
 
 
 def make_setup(config, info, form, chunk, dtype=None):
-  """The train setup of `config` with the model's form, chunk size and compute dtype replaced."""
-  model_config = check_config(config).replace(form=form, chunk_size=chunk)
+  """The train setup of `config` with the model's form, chunk size and compute dtype replaced
+  (form and chunk size: LION only; None keeps the config's, as baselines need)."""
+  model_config = check_config(config)
+  if form is not None:
+    model_config = model_config.replace(form=form, chunk_size=chunk)
   if dtype:
     model_config = model_config.replace(dtype=dtype)
   tx = optim.make_optimizer(config, 1000, 100)
@@ -98,10 +108,14 @@ def step_case(task, config, info, seq_len, form, chunk, batch_size, dtype="float
   Returns:
     (case, None), or (None, record) when the attention form's L×L masks alone would not fit.
   """
-  setup, model_config = make_setup(config, info, form, chunk, dtype)
+  lion = config.model.mixer == "lion"
+  setup, model_config = make_setup(config, info, form if lion else None, chunk, dtype)
+  if not lion:
+    form, chunk = config.model.mixer, None
   label = (f"{task} {form}" + (f" C={chunk}" if form.startswith("chunk") else "")
            + ("" if dtype == "float32" else f" {dtype}"))
   info_fields = dict(task=task, form=form, chunk_size=chunk, dtype=dtype, seq_len=seq_len,
+                     mixer=model_config.mixer,
                      batch=batch_size, d_model=model_config.d_model,
                      layers=model_config.num_layers, heads=model_config.num_heads,
                      decay=model_config.decay, decay_shape=model_config.decay_shape,
@@ -159,7 +173,8 @@ def main(argv=None):
                               formatter_class=argparse.RawDescriptionHelpFormatter)
   harness.add_common_args(p, repeats=5, case_budget_s=120.0)
   p.add_argument("--tasks", default=",".join(TASKS))
-  p.add_argument("--variant", default="lion_s")
+  p.add_argument("--variants", "--variant", dest="variants", default="lion_s,s5,transformer",
+                 help="comma-separated configs/<task>.py variants, timed side by side")
   p.add_argument("--forms", default="chunk_scan:64,chunk_scan:16,rnn:64,attention:64",
                  help="form:chunk list")
   p.add_argument("--batch", type=int, default=2)
@@ -172,18 +187,25 @@ def main(argv=None):
   tasks = [] if args.quick else [t for t in args.tasks.split(",") if t]
   forms = [(f.split(":")[0], int(f.split(":")[1])) for f in args.forms.split(",") if f]
 
+  variants = [v for v in args.variants.split(",") if v]
+
   for task in tasks:
-    config, info, seq_len = task_config(task, args.variant)
-    print(f"{task}: L={seq_len}{' x2' if info.dual_input else ''}, batch {args.batch}", flush=True)
     cases = []
-    for form, chunk in forms:
-      case, skipped = step_case(task, config, info, seq_len, form, chunk, args.batch,
-                                mem_budget_gb=args.mem_budget_gb)
-      if skipped:
-        print(f"  {skipped['name']:<34s} skipped ({skipped['skipped']})", flush=True)
-        records.append(skipped)
-      else:
-        cases.append(case)
+    for variant in (v for v in variants if v in common.task_variants(task)):
+      config, info, seq_len = task_config(task, variant)
+      print(f"{task} {variant}: L={seq_len}{' x2' if info.dual_input else ''}, "
+            f"batch {args.batch}", flush=True)
+      for form, chunk in (forms if config.model.mixer == "lion" else forms[:1]):
+        case, skipped = step_case(task, config, info, seq_len, form, chunk, args.batch,
+                                  mem_budget_gb=args.mem_budget_gb)
+        if skipped:
+          skipped.update(variant=variant, name=f"{task} {variant}" + skipped["name"].removeprefix(task))
+          print(f"  {skipped['name']:<34s} skipped ({skipped['skipped']})", flush=True)
+          records.append(skipped)
+        else:
+          case.info["variant"] = variant
+          case.name = f"{task} {variant}" + case.name.removeprefix(task)
+          cases.append(case)
     harness.run_group(cases, args.mem_budget_gb, args.repeats, args.case_budget_s)
     records += [examples_per_second(harness.record(c)) for c in cases]
     del cases
@@ -192,15 +214,15 @@ def main(argv=None):
   rows = []
   for r in records[1:]:
     form = r["form"] + (f" C={r['chunk_size']}" if r["form"].startswith("chunk") else "")
-    rows.append([r["task"], form, f"{r['seq_len']}",
+    rows.append([r["task"], r.get("variant", ""), form, f"{r['seq_len']}",
                  f"{r['examples_per_s']:.2f}" if "examples_per_s" in r else "skip",
                  harness.fmt_ms(r.get("median_s")) if "median_s" in r else "–",
                  f"{r['compile_s']:.1f}" if "compile_s" in r else "–",
                  harness.fmt_bytes(r.get("temp_plus_output_bytes"))])
   if rows:
-    print(f"\nTraining step, LRA presets ({args.variant}), batch {args.batch}\n"
-          + harness.markdown_table(["task", "form", "L", "examples/s", "step ms", "compile s",
-                                    "temp+output"], rows))
+    print(f"\nTraining step, LRA presets, batch {args.batch}\n"
+          + harness.markdown_table(["task", "variant", "form", "L", "examples/s", "step ms",
+                                    "compile s", "temp+output"], rows))
   harness.write_json(name, records, out_dir, extra={"compile_limit_s": COMPILE_LIMIT_S})
 
 
