@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 METRICS_FILE = "metrics.jsonl"
+TIMING_FILE = "timing.jsonl"
 CURVES_FILE = "curves.png"
 
 
@@ -71,6 +72,54 @@ class EventWriter:
     self._writer.close()
 
 
+def drop_rows_after(path: Path, step: int) -> None:
+  """Drops the lines of a JSON-lines file whose "step" is after `step` (a resumed run
+  recomputes them), so that the file reads as one clean run."""
+  if path.exists():
+    kept = [line for line in path.read_text().splitlines()
+            if line.strip() and json.loads(line)["step"] <= step]
+    path.write_text("".join(line + "\n" for line in kept))
+
+
+class TimingLog:
+  """Elapsed training seconds at each evaluation, one JSON line each in `timing.jsonl`.
+
+  Kept apart from `metrics.jsonl`, whose numbers are reproducible (compared exactly across
+  device counts and resumes), while wall time never is. `train_seconds` counts training steps
+  only, summed over every session of a resumed run: compilation, evaluation and checkpoints are
+  left out, so runs of different models compare as accuracy against training time.
+
+  Args:
+    workdir: the run's folder.
+    resume_step: on resume, lines after this step are dropped (as in `MetricWriter`).
+    enabled: False on non-zero processes of a multi-host run.
+  """
+
+  def __init__(self, workdir: str | os.PathLike, resume_step: int = 0, enabled: bool = True):
+    self.path = Path(workdir) / TIMING_FILE
+    self.enabled = enabled
+    if enabled:
+      drop_rows_after(self.path, resume_step)
+
+  def write(self, step: int, train_seconds: float, timed_steps: int,
+            eval_accuracy: float) -> None:
+    """One row: `train_seconds` spent in the `timed_steps` steps timed so far (every step but
+    each session's first, which compiles), and the validation accuracy at `step`."""
+    if self.enabled:
+      with open(self.path, "a") as f:
+        f.write(json.dumps({"step": int(step), "train_seconds": float(train_seconds),
+                            "timed_steps": int(timed_steps),
+                            "eval_accuracy": float(eval_accuracy)}) + "\n")
+
+
+def read_timing(workdir: str | os.PathLike) -> list[dict]:
+  """The rows of a run's `timing.jsonl` ([] when it has none)."""
+  path = Path(workdir) / TIMING_FILE
+  if not path.exists():
+    return []
+  return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
 class MetricWriter:
   """One JSON line per log step in `metrics.jsonl`, mirrored to TensorBoard.
 
@@ -86,10 +135,7 @@ class MetricWriter:
     self.enabled = enabled
     if not enabled:
       return
-    if self.path.exists():
-      kept = [line for line in self.path.read_text().splitlines()
-              if line.strip() and json.loads(line)["step"] <= resume_step]
-      self.path.write_text("".join(line + "\n" for line in kept))
+    drop_rows_after(self.path, resume_step)
     self._tb = EventWriter(Path(workdir) / "tensorboard", purge_step=resume_step + 1)
 
   def write(self, step: int, values: Mapping[str, float]) -> None:

@@ -13,10 +13,15 @@ import statistics
 from pathlib import Path
 
 from configs import ablations
+from lra.metrics import read_timing
 from lra.run_records import RESULTS_FILE, Run, diverged, read_failure, status
 
+# Validation accuracies (%) whose first crossing the speed table times.
+LEVELS = (20, 30, 40, 50, 60, 70, 80, 90)
+
 CSV_FIELDS = ("task", "variant", "seed", "status", "test_accuracy", "best_val_accuracy",
-              "best_step", "total_steps", "num_params", "train_examples_per_sec", "paper",
+              "best_step", "total_steps", "num_params", "train_examples_per_sec",
+              "peak_host_memory_bytes", "device_peak_bytes", "paper",
               "error", "workdir")
 
 
@@ -32,6 +37,7 @@ def collect(runs: list[Run]) -> list[dict]:
       record.update({k: results.get(k) for k in CSV_FIELDS if k in results})
       for key in ("test_accuracy", "best_val_accuracy"):
         record[key] = round(100 * results[key], 4)
+      record["timing"] = read_timing(run.workdir)
     elif record["status"] == "failed":
       failure = read_failure(run.workdir)
       record["error"] = ("diverged" if diverged(failure) else
@@ -182,13 +188,109 @@ def plot(records: list[dict], tasks: list[str], variants: list[str], path: Path)
   plt.close(fig)
 
 
+def _speed(records: list[dict]) -> dict[tuple[str, str], dict]:
+  """(variant, task) -> means over the finished seeds of speed, memory, accuracy and the
+  training seconds to first reach each of `LEVELS` (None where a seed never did)."""
+  groups: dict[tuple[str, str], list[dict]] = {}
+  for r in records:
+    if r["status"] == "done" and r.get("timing"):
+      groups.setdefault((r["variant"], r["task"]), []).append(r)
+  out = {}
+  for key, runs in groups.items():
+    def mean(values):
+      values = [v for v in values if v is not None]
+      return statistics.fmean(values) if values else None
+    last = [run["timing"][-1] for run in runs]
+    reach = {}
+    for level in LEVELS:
+      firsts = [next((row["train_seconds"] for row in run["timing"]
+                      if 100 * row["eval_accuracy"] >= level), None) for run in runs]
+      reach[level] = None if None in firsts else statistics.fmean(firsts)
+    out[key] = {
+        "steps_per_sec": mean([row["timed_steps"] / row["train_seconds"]
+                               if row["train_seconds"] else None for row in last]),
+        "examples_per_sec": mean([run.get("train_examples_per_sec") for run in runs]),
+        "peak_bytes": mean([run.get("device_peak_bytes") or run.get("peak_host_memory_bytes")
+                            for run in runs]),
+        "test_accuracy": mean([run["test_accuracy"] for run in runs]),
+        "seconds": mean([row["train_seconds"] for row in last]), "reach": reach}
+  return out
+
+
+def speed_markdown(records: list[dict], tasks: list[str], variants: list[str]) -> str:
+  """Accuracy against training time: one row per (task, variant), means over seeds."""
+  speed = _speed(records)
+  if not speed:
+    return ""
+  levels = [lv for lv in LEVELS if any(cell["reach"][lv] is not None for cell in speed.values())]
+  head = ["Task", "Model", "steps/s", "examples/s", "peak memory", "train s", "test acc."]
+  head += [f"s to {lv}%" for lv in levels]
+  lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
+  fmt = lambda v, spec: "–" if v is None else format(v, spec)
+  for task in tasks:
+    for variant in variants:
+      cell = speed.get((variant, task))
+      if cell is None:
+        continue
+      peak = "–" if cell["peak_bytes"] is None else f"{cell['peak_bytes'] / 2**20:,.0f} MiB"
+      row = [ablations.TASK_LABELS[task], ablations.LABELS.get(variant, variant),
+             fmt(cell["steps_per_sec"], ".2f"), fmt(cell["examples_per_sec"], ".1f"), peak,
+             fmt(cell["seconds"], ".1f"), fmt(cell["test_accuracy"], ".2f")]
+      row += [fmt(cell["reach"][lv], ".0f") for lv in levels]
+      lines.append("| " + " | ".join(row) + " |")
+  note = ("Means over the finished seeds. steps/s and train s: training steps only (no "
+          "compilation, evaluation or checkpoints), from each run's timing.jsonl; peak memory: "
+          "the device's peak where the backend reports one, else the process's peak resident "
+          "memory; s to N%: training seconds until validation accuracy first reached N% "
+          "(– where a seed never did).")
+  return "\n".join(lines + ["", note]) + "\n"
+
+
+def plot_curves(records: list[dict], tasks: list[str], variants: list[str], path: Path) -> None:
+  """Validation accuracy against training seconds (left) and steps (right), one row per task,
+  one line per variant: the mean over seeds at each evaluation step."""
+  import matplotlib  # pylint: disable=import-outside-toplevel
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+  fig, axes = plt.subplots(len(tasks), 2, figsize=(10, 3.6 * len(tasks)), squeeze=False)
+  for (ax_time, ax_step), task in zip(axes, tasks):
+    for i, variant in enumerate(variants):
+      runs = [r["timing"] for r in records if r["task"] == task and r["variant"] == variant
+              and r["status"] == "done" and r.get("timing")]
+      if not runs:
+        continue
+      steps = sorted(set.intersection(*({row["step"] for row in run} for run in runs)))
+      at = lambda run, step, key: next(row[key] for row in run if row["step"] == step)
+      seconds = [statistics.fmean(at(run, s, "train_seconds") for run in runs) for s in steps]
+      accuracy = [100 * statistics.fmean(at(run, s, "eval_accuracy") for run in runs)
+                  for s in steps]
+      label = ablations.LABELS.get(variant, variant)
+      ax_time.plot(seconds, accuracy, "o-", color=f"C{i}", ms=3, label=label)
+      ax_step.plot(steps, accuracy, "o-", color=f"C{i}", ms=3, label=label)
+    for ax, xlabel in ((ax_time, "training seconds"), (ax_step, "step")):
+      ax.set_title(ablations.TASK_LABELS[task])
+      ax.set_xlabel(xlabel)
+      ax.set_ylabel("validation accuracy (%)")
+      ax.grid(alpha=0.3)
+    ax_step.legend(fontsize=8)
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+  plt.close(fig)
+
+
 def write_reports(runs: list[Run], out: Path, tasks: list[str], variants: list[str],
                   settings: str = "") -> list[Path]:
-  """Writes results.csv, results.md and results.png into `out`; returns their paths."""
+  """Writes results.csv, results.md and results.png into `out`, and speed.md and curves.png
+  (accuracy against training time) once some run has recorded its timing; returns the paths."""
   out.mkdir(parents=True, exist_ok=True)
   records = collect(runs)
   paths = [out / "results.csv", out / "results.md", out / "results.png"]
   write_csv(records, paths[0])
   paths[1].write_text(markdown(records, tasks, variants, settings), encoding="utf-8")
   plot(records, tasks, variants, paths[2])
+  speed = speed_markdown(records, tasks, variants)
+  if speed:
+    paths += [out / "speed.md", out / "curves.png"]
+    paths[3].write_text(speed, encoding="utf-8")
+    plot_curves(records, tasks, variants, paths[4])
   return paths

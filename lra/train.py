@@ -19,6 +19,7 @@ import dataclasses
 import json
 import logging
 import math
+import resource
 import sys
 import time
 from pathlib import Path
@@ -335,6 +336,10 @@ def train_and_evaluate(config: config_dict.ConfigDict, workdir: str,
                schedule.steps_per_epoch, jax.devices(), dict(setup.mesh.shape))
 
   writer = metrics.MetricWriter(workdir, resume_step=meta["step"], enabled=is_main)
+  timing = metrics.TimingLog(workdir, resume_step=meta["step"], enabled=is_main)
+  # Training time and timed steps of earlier sessions (each session's first step compiles and
+  # is not timed).
+  seconds_before, steps_before = meta.get("train_seconds", 0.0), meta.get("timed_steps", 0)
   bar = tqdm.tqdm(total=schedule.total_steps, initial=meta["step"], unit="step",
                   disable=not progress, dynamic_ncols=True)
   sums, clock = TrainSums(meta["train_sums"], workdir, ckpt), Throughput()
@@ -354,11 +359,15 @@ def train_and_evaluate(config: config_dict.ConfigDict, workdir: str,
       if schedule.is_eval(step):
         val = _validate(eval_fn, state, splits["val"], config, setup.mesh, progress)
         writer.write(step, val)
+        timing.write(step, seconds_before + clock.seconds, steps_before + clock.steps,
+                     val["eval_accuracy"])
         logging.info("step %d: %s", step, _fmt(val))
         if is_best := val["eval_accuracy"] > meta["best_val_accuracy"]:
           meta.update(best_val_accuracy=val["eval_accuracy"], best_step=step)
       if schedule.is_checkpoint(step) or is_best:
-        meta.update(step=step, data_iterator=train_iter.get_state(), train_sums=dict(sums.sums))
+        meta.update(step=step, data_iterator=train_iter.get_state(), train_sums=dict(sums.sums),
+                    train_seconds=seconds_before + clock.seconds,
+                    timed_steps=steps_before + clock.steps)
         ckpt.save(step, state, meta)  # before best/: a restart resumes from here (checkpoint.py)
         if is_best:
           ckpt.save(step, state, meta, best=True)
@@ -374,6 +383,11 @@ def train_and_evaluate(config: config_dict.ConfigDict, workdir: str,
   results.update(num_params=setup.num_params, total_steps=schedule.total_steps, task=config.task,
                  eval_form=eval_form(config),
                  train_examples_per_sec=_examples_per_sec(clock, config.batch_size, workdir),
+                 # This process's peak resident memory (Linux reports KiB): on a CPU the
+                 # whole run's footprint, on an accelerator the host side only.
+                 peak_host_memory_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+                 device_peak_bytes=(jax.local_devices()[0].memory_stats() or {}).get(
+                     "peak_bytes_in_use"),
                  compiles=traces)
   if is_main:
     (workdir / RESULTS_FILE).write_text(json.dumps(results, indent=2) + "\n")

@@ -274,3 +274,27 @@ def test_table7_runs_the_baselines_where_the_task_has_them_and_prints_parameter_
   assert lines[2] == "| S5 | 50.00 (62.15) |"
   assert "| Parameters | ListOps |" in lines
   assert "| S5 | 12,345 |" in lines and "| LION-S (w/ HiPPO) | 67,890 |" in lines
+
+
+def test_speed_report_times_accuracy_against_training_seconds(tmp_path):
+  """speed.md and curves.png come from each run's timing.jsonl: steps/s, the seconds to first
+  reach an accuracy level (mean over seeds; – where a seed never did)."""
+  root = tmp_path / "sw"
+  timings = {("s5", 0): [(10, 5.0, 0.15), (20, 10.0, 0.25)],
+             ("s5", 1): [(10, 7.0, 0.22), (20, 14.0, 0.31)],
+             ("lion_s", 0): [(10, 2.0, 0.21), (20, 4.0, 0.35)]}
+  runs = []
+  for (variant, seed), rows in timings.items():
+    run = _fake(root, "listops", variant, seed, rows[-1][2])
+    (run.workdir / "timing.jsonl").write_text("".join(
+        json.dumps({"step": s, "train_seconds": t, "timed_steps": s - 1, "eval_accuracy": a}) + "\n" for s, t, a in rows))
+    runs.append(run)
+  paths = sweep_report.write_reports(runs, root / "out", ["listops"], ["s5", "lion_s"])
+  assert [p.name for p in paths[3:]] == ["speed.md", "curves.png"] and paths[4].stat().st_size
+  lines = (root / "out/speed.md").read_text().splitlines()
+  assert lines[0].startswith("| Task | Model | steps/s |") and "s to 20% | s to 30% |" in lines[0]
+  cells = lambda line: [c.strip() for c in line.strip("| ").split("|")]
+  s5, lion = cells(lines[2]), cells(lines[3])
+  # steps/s: 19 timed steps in 10 and 14 s; 20%: first at 10 and 7 s; 30%: seed 0 never did.
+  assert s5[1] == "S5" and s5[2] == "1.63" and s5[-2:] == ["8", "–"]
+  assert lion[2] == "4.75" and lion[-2:] == ["2", "4"]

@@ -77,6 +77,13 @@ def test_a_run_writes_every_output_of_the_workdir(finished_run, data_dir):
   assert [r["step"] for r in rows if "eval_accuracy" in r] == [3, 6]
   assert all(r["train_examples"] == 8 for r in rows if "train_loss" in r)  # 2 steps × 4
   assert all(r["eval_examples"] == 16 for r in rows if "eval_loss" in r)
+  # Training time at each evaluation, apart from the reproducible metrics (lra.metrics.TimingLog).
+  timing = metrics.read_timing(workdir)
+  assert [(t["step"], t["eval_accuracy"]) for t in timing] == [
+      (r["step"], r["eval_accuracy"]) for r in rows if "eval_accuracy" in r]
+  assert 0 < timing[0]["train_seconds"] < timing[1]["train_seconds"]
+  assert [t["timed_steps"] for t in timing] == [2, 5]  # step 1 compiles
+  assert saved["peak_host_memory_bytes"] > 2**20
   assert sorted(p.name for p in (workdir / "checkpoints").iterdir()) == ["3", "6"]
 
 

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from lra.metrics import read_timing
+
 ROOT = Path(__file__).resolve().parents[1]
 TINY_FLAGS = [
     "--config.model.d_model=16", "--config.model.num_layers=1", "--config.model.chunk_size=8",
@@ -76,3 +78,8 @@ def test_sigkill_at_any_moment_then_rerun_gives_the_uninterrupted_results(tmp_pa
   for key in ("best_val_accuracy", "test_accuracy", "test_loss", "best_step", "num_params"):
     assert got[key] == expected[key], key
   assert (workdir / "metrics.jsonl").read_text() == (tmp_path / "straight" / "metrics.jsonl").read_text()
+  # Training time is summed over the sessions: one row per evaluation, increasing.
+  timing, straight = (read_timing(d) for d in (workdir, tmp_path / "straight"))
+  assert [t["step"] for t in timing] == [t["step"] for t in straight]
+  seconds = [t["train_seconds"] for t in timing]
+  assert seconds == sorted(seconds) and seconds[0] > 0
