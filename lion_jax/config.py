@@ -91,6 +91,9 @@ class ModelConfig:
   # Default evaluation form of every mixer and its chunk size; both can be overridden per call.
   form: str = "chunk_scan"
   chunk_size: int = 64
+  # How "chunk_scan" passes states between chunks: "scan", "associative" (log depth) or "auto"
+  # (the backend's default, `chunkwise.resolve_state_pass`).
+  state_pass: str = "auto"
   # jax.checkpoint each block (long sequences: recompute activations in the backward pass).
   remat: bool = False
   # Compute dtype of the dense layers, embeddings and residual stream ("bfloat16" is a GPU option;

@@ -29,6 +29,8 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "form": ("auto", "attention", "rnn", "scan", "chunk", "chunk_scan"),
     "dtype": ("float32", "bfloat16", "float64"),
     "scan_order": ("raster", "snake", "snake_outputs"),
+    # How `chunk_scan` passes states between chunks (`chunkwise.resolve_state_pass`).
+    "state_pass": ("auto", "scan", "associative"),
 }
 
 
