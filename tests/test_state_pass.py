@@ -7,8 +7,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import nnx
 
-from lion_jax import chunkwise, lion_attention
+from lion_jax import LionMixer, chunkwise, lion_attention
 from lion_jax.config import ModelConfig
 from tests.reference import reference_lion
 from tests.test_lion_attention import B, CHUNK, H, V, make_inputs
@@ -97,3 +98,22 @@ def test_auto_resolves_to_a_concrete_pass_and_unknown_values_are_named():
     lion_attention(q, k, v, log_decay, state_pass="tree")
   with pytest.raises(ValueError, match="ModelConfig.state_pass='tree'"):
     ModelConfig(state_pass="tree")
+
+
+@pytest.mark.parametrize("order", [dict(), dict(scan_order="snake", grid=(3, 7))],
+                         ids=["raster", "snake"])
+def test_model_config_state_pass_reaches_the_chunk_kernel(order, monkeypatch):
+  """`ModelConfig.state_pass` picks the pass every scan of the mixer runs, with equal outputs."""
+  used = []
+  for name, state_pass in list(chunkwise.STATE_PASSES.items()):
+    monkeypatch.setitem(chunkwise.STATE_PASSES, name,
+                        lambda *a, _n=name, _f=state_pass: used.append(_n) or _f(*a))
+  x = jax.random.normal(jax.random.key(1), (2, 21, 16))
+  outputs = {}
+  for state_pass in STATE_PASSES:
+    config = ModelConfig(d_model=16, num_heads=2, num_layers=1, chunk_size=8, decay="selective",
+                         decay_shape="vector", state_pass=state_pass, **order)
+    used.clear()
+    outputs[state_pass] = LionMixer(config, rngs=nnx.Rngs(0))(x, None)
+    assert used and set(used) == {state_pass}
+  np.testing.assert_allclose(outputs["associative"], outputs["scan"], rtol=1e-5, atol=1e-6)
