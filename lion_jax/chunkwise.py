@@ -10,9 +10,10 @@ shifted right for the code convention) and A_r = Σ_{t ≤ r} a_t, the LION mask
 
 (F̄, Ā: whole-chunk totals). So every output is one C×C block per chunk plus a query times the
 forward state entering its chunk plus a query times the backward state entering it from the
-right; both states come from one `lax.scan` over chunks, the two directions stacked on the batch
-axis. Only chunk-local sums are exponentiated and every exponent is ≤ 0: stable in float32 at
-any L. Work O(L·C·(K+E) + L·K·E), memory O(L·C + N·K·E).
+right; both states come from one exclusive scan over chunks, the two directions stacked on the
+batch axis: a `lax.scan` of N steps, or a `lax.associative_scan` of log N depth for accelerators
+(`state_pass`, `resolve_state_pass`). Only chunk-local sums are exponentiated and every exponent
+is ≤ 0: stable in float32 at any L. Work O(L·C·(K+E) + L·K·E), memory O(L·C + N·K·E).
 
 With one decay per carried channel (vector decays) the same-chunk mask differs per channel.
 When every chunk's log-decays span at most 2W (`factored_exponent_limit`: 80 in float32, e.g.
@@ -221,10 +222,12 @@ STATE_PASSES = {"scan": _entering_states, "associative": _entering_states_associ
 def resolve_state_pass(state_pass: str) -> str:
   """The concrete state pass ("scan" or "associative") for `state_pass` on the default backend.
 
-  "auto" picks, per backend, the pass measured faster there: on the CPU "scan" (the
-  N-step `lax.scan`, which does N·K·E work instead of the associative form's ~2N·K·E and whose
-  steps are cheap there; docs/benchmarks.md), on GPU and TPU "associative", where each scan
-  step is a kernel launch. The GPU/TPU default is not yet measured on those devices.
+  "auto" picks, per backend, the pass measured faster there. On the CPU that is "scan": the
+  N-step `lax.scan` does about half the associative form's work and its steps are cheap there
+  (fwd+bwd of a vector-decay layer at L = 1K and 4K: the associative pass 5–9% slower;
+  docs/benchmarks.md section 9). On GPU and TPU it is "associative", where each of the scan's
+  N steps is a kernel launch. That accelerator default is not yet measured on a GPU or TPU
+  (`bench/accelerator.py` times both passes).
   """
   state_pass = check_choice("state_pass", state_pass)
   if state_pass != "auto":
