@@ -224,7 +224,7 @@ def resolve_state_pass(state_pass: str) -> str:
 
   "auto" picks, per backend, the pass measured faster there. On the CPU that is "scan": the
   N-step `lax.scan` does about half the associative form's work and its steps are cheap there
-  (fwd+bwd of a vector-decay layer at L = 1K and 4K: the associative pass 5–9% slower;
+  (fwd+bwd of vector-decay attention at L = 1K to 16K: the associative pass 5–14% slower;
   docs/benchmarks.md section 9). On GPU and TPU it is "associative", where each of the scan's
   N steps is a kernel launch. That accelerator default is not yet measured on a GPU or TPU
   (`bench/accelerator.py` times both passes).
