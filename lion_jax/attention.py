@@ -110,7 +110,7 @@ def lion_attention(q, k, v, log_decay=None, *, form: str | LionForm = "auto",
       devices); None keeps the sequence whole. Needs form "chunk_scan" or "auto".
     state_pass: how "chunk_scan" passes states between chunks: "scan", "associative" (log
       depth, for accelerators) or "auto" (`chunkwise.resolve_state_pass`); the values are the
-      same. Other forms ignore it.
+      same. Also each shard's kernel under `sequence_axis`. Other forms ignore it.
 
   Returns:
     [B, L, H, V] outputs in the dtype of `v`. Decays, cumulative sums, normalisers and states
@@ -146,7 +146,8 @@ def lion_attention(q, k, v, log_decay=None, *, form: str | LionForm = "auto",
 
   if sequence_axis is not None:
     numerator, denominator = _context_parallel_chunk_scan(q, k, v, log_decay, convention,
-                                                          normalize, chunk_size, sequence_axis)
+                                                          normalize, chunk_size, sequence_axis,
+                                                          state_pass)
   elif form in (LionForm.ATTENTION, LionForm.CHUNK, LionForm.CHUNK_SCAN):
     evaluate = {LionForm.ATTENTION: _attention, LionForm.CHUNK: _chunked_queries,
                 LionForm.CHUNK_SCAN: functools.partial(_chunk_scan, state_pass=state_pass)}[form]
@@ -226,10 +227,12 @@ def _chunk_scan(q, k, v, log_decay, convention, normalize, chunk_size, state_pas
   return out[..., :v.shape[-1]], out[..., v.shape[-1]:]
 
 
-def _context_parallel_chunk_scan(q, k, v, log_decay, convention, normalize, chunk_size, axis):
+def _context_parallel_chunk_scan(q, k, v, log_decay, convention, normalize, chunk_size, axis,
+                                 state_pass):
   """Numerator and decayed normaliser with the sequence split over mesh axis `axis`."""
   scan = lambda u, log_decay: context_parallel.context_parallel_chunk_scan(
-      q, k, u, log_decay, convention=convention, chunk_size=chunk_size, sequence_axis=axis)
+      q, k, u, log_decay, convention=convention, chunk_size=chunk_size, sequence_axis=axis,
+      state_pass=state_pass)
   if normalize is not Normalize.AFTER:
     return scan(v, log_decay), None
   carried, (log_decay,) = _with_unit_values(v, log_decay)

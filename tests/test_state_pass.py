@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
+from jax.sharding import Mesh
 
 from lion_jax import LionMixer, chunkwise, lion_attention
 from lion_jax.config import ModelConfig
@@ -117,3 +118,19 @@ def test_model_config_state_pass_reaches_the_chunk_kernel(order, monkeypatch):
     outputs[state_pass] = LionMixer(config, rngs=nnx.Rngs(0))(x, None)
     assert used and set(used) == {state_pass}
   np.testing.assert_allclose(outputs["associative"], outputs["scan"], rtol=1e-5, atol=1e-6)
+
+
+def test_state_pass_reaches_every_shard_under_a_sequence_axis(monkeypatch):
+  used = []
+  associative = chunkwise.STATE_PASSES["associative"]
+  monkeypatch.setitem(chunkwise.STATE_PASSES, "associative",
+                      lambda *a: used.append("associative") or associative(*a))
+  q, k, v, log_decay, key_mask = make_inputs(37, "selective_vector", seed=9)
+  mesh = Mesh(np.asarray(jax.devices()[:1]), ("seq",))
+  with jax.enable_x64(True), jax.set_mesh(mesh):
+    got = jax.jit(lambda *x: lion_attention(*x, key_mask=key_mask, chunk_size=CHUNK,
+                                            sequence_axis="seq", state_pass="associative")
+                  )(q, k, v, log_decay)
+  assert used
+  np.testing.assert_allclose(got, reference_lion(q, k, v, log_decay, key_mask=key_mask),
+                             rtol=1e-10, atol=1e-10)
