@@ -16,7 +16,8 @@ are saved case by case, so a stage cut off keeps what it finished):
                the host (`tests/reference.py`), forward and gradients, float32 and bfloat16
                inputs, scalar/vector/per-head/no decays, padding; see `stage_correctness`.
   forms        forward+backward time and XLA memory of every form at L = 1K, 4K, 16K, 64K
-               (attention and scan until they do not fit; chunk_scan at C = 64, 128, 256).
+               (attention and scan until they do not fit; chunk_scan at C = 64, 128, 256, and
+               at C = 64 with each state pass: the N-step scan and the log-depth associative).
   train_step   one full LRA training step per preset at the paper's batch size: examples/s,
                compile seconds, XLA memory; C = 64/128/256, float32 and bfloat16 compute.
   train        a short real run (`lra.train.train_and_evaluate`) on generated ListOps, with
@@ -151,6 +152,8 @@ def stage_env(run: StageRun) -> None:
 # --- stage: correctness -----------------------------------------------------------------------
 
 FORMS = ("attention", "rnn", "scan", "chunk", "chunk_scan")
+# chunk_scan's two ways of passing states between chunks (`lion_attention(state_pass=...)`).
+STATE_PASSES = ("scan", "associative")
 # ‖device − float64‖ / ‖float64‖ allowed, per input dtype. float32 matmuls may run as TF32 on
 # NVIDIA GPUs (JAX's default precision there), about 1e-3; bfloat16 rounds every output to 8 bits.
 TOLERANCE = {"float32": 5e-3, "bfloat16": 5e-2}
@@ -386,9 +389,11 @@ def stage_forms(run: StageRun) -> None:
   batch, heads, dim = (1, 2, 8) if run.quick else (2, 4, 32)
   budget_gb = _memory_budget_gb(harness)
   run.payload.update(batch=batch, heads=heads, dim=dim, mem_budget_gb=budget_gb)
-  # chunk_scan first: at 64K the slow forms may use up what is left of the budget.
-  variants = [("chunk_scan", c) for c in chunks]
-  variants += [("rnn", chunks[0]), ("scan", chunks[0]), ("attention", chunks[0])]
+  # chunk_scan first: at 64K the slow forms may use up what is left of the budget. At the first
+  # chunk size both state passes (N-step lax.scan and log-depth associative_scan) side by side.
+  variants = [("chunk_scan", chunks[0], state_pass) for state_pass in STATE_PASSES]
+  variants += [("chunk_scan", c, "auto") for c in chunks[1:]]
+  variants += [(form, chunks[0], "auto") for form in ("rnn", "scan", "attention")]
   ran = 0
   for decays in ("vector",) if run.quick else ("vector", "scalar"):
     did_not_fit: set[str] = set()
@@ -396,22 +401,25 @@ def stage_forms(run: StageRun) -> None:
     for length in lengths:
       inputs = forms.make_inputs(batch, length, heads, dim, decays)
       groups = 1 if decays == "scalar" else dim
-      for form, chunk in variants:
-        info = dict(length=length, decays=decays, form=form, chunk_size=chunk, pass_="fwd+bwd")
+      for form, chunk, state_pass in variants:
+        info = dict(length=length, decays=decays, form=form, chunk_size=chunk, pass_="fwd+bwd",
+                    state_pass=state_pass)
         label = form + (f" C={chunk}" if form == "chunk_scan" else "")
+        label += f" {state_pass}" if state_pass != "auto" else ""
         if form in did_not_fit:
           run.add("results", dict(name=label, **info, skipped="did not fit at a shorter L"))
           continue
-        if _too_slow(run, last.get((form, chunk))):
+        if _too_slow(run, last.get((form, chunk, state_pass))):
           run.add("results", dict(name=label, **info, skipped="stage time budget"))
           continue
         case = harness.Case(
-            f"L={length} {decays} {label}", forms.grad_fn(form, chunk), inputs, info=info,
+            f"L={length} {decays} {label}", forms.grad_fn(form, chunk, state_pass), inputs,
+            info=info,
             analytic_flops=forms.analytic_flops(form, batch, length, heads, dim, groups, chunk,
                                                 backward=True))
         start = time.monotonic()
         _run_case(harness, case, budget_gb, run)
-        last[(form, chunk)] = time.monotonic() - start
+        last[(form, chunk, state_pass)] = time.monotonic() - start
         record = dict(harness.record(case), name=label)
         if "skipped" in record and form != "chunk_scan":
           did_not_fit.add(form)

@@ -45,16 +45,18 @@ def make_inputs(batch, length, heads, dim, decay_kind, seed=0):
   return q, k, v, log_decay, cotangent
 
 
-def forward_fn(form, chunk_size):
+def forward_fn(form, chunk_size, state_pass="auto"):
   def fn(q, k, v, log_decay, cotangent):
     del cotangent
-    return lion_attention(q, k, v, log_decay, form=form, chunk_size=chunk_size)
+    return lion_attention(q, k, v, log_decay, form=form, chunk_size=chunk_size,
+                          state_pass=state_pass)
   return fn
 
 
-def grad_fn(form, chunk_size):
+def grad_fn(form, chunk_size, state_pass="auto"):
   def loss(q, k, v, log_decay, cotangent):
-    out = lion_attention(q, k, v, log_decay, form=form, chunk_size=chunk_size)
+    out = lion_attention(q, k, v, log_decay, form=form, chunk_size=chunk_size,
+                         state_pass=state_pass)
     return jnp.sum(out * cotangent)
   return jax.grad(loss, argnums=(0, 1, 2, 3))
 

@@ -21,6 +21,7 @@ Shapes follow the legend in `lion_jax.masks`.
 
 from __future__ import annotations
 
+import functools
 import numbers
 
 import jax
@@ -88,7 +89,7 @@ def per_token_log_decay(log_decay, batch: int, length: int, heads: int, value_di
 def lion_attention(q, k, v, log_decay=None, *, form: str | LionForm = "auto",
                    convention: str = "symmetric", normalize: str | Normalize = "after",
                    key_mask=None, chunk_size: int = 64, eps: float = 1e-6,
-                   sequence_axis: str | None = None):
+                   sequence_axis: str | None = None, state_pass: str = "auto"):
   """Bidirectional LION attention.
 
   Args:
@@ -107,6 +108,9 @@ def lion_attention(q, k, v, log_decay=None, *, form: str | LionForm = "auto",
     sequence_axis: a mesh axis of the current mesh (`jax.set_mesh`) to split the sequence over
       (context parallelism: each device holds L / P tokens and only K×E states per head cross
       devices); None keeps the sequence whole. Needs form "chunk_scan" or "auto".
+    state_pass: how "chunk_scan" passes states between chunks: "scan", "associative" (log
+      depth, for accelerators) or "auto" (`chunkwise.resolve_state_pass`); the values are the
+      same. Also each shard's kernel under `sequence_axis`. Other forms ignore it.
 
   Returns:
     [B, L, H, V] outputs in the dtype of `v`. Decays, cumulative sums, normalisers and states
@@ -125,6 +129,7 @@ def lion_attention(q, k, v, log_decay=None, *, form: str | LionForm = "auto",
   value_dim = v.shape[-1]
   normalize = Normalize(check_choice("normalize", normalize))
   check_choice("convention", convention)
+  check_choice("state_pass", state_pass)
   _check_numbers(chunk_size, eps)
   if sequence_axis is not None and LionForm(check_choice("form", form)) is LionForm.AUTO:
     form = LionForm.CHUNK_SCAN  # at any L: the full form cannot be split over devices
@@ -141,10 +146,11 @@ def lion_attention(q, k, v, log_decay=None, *, form: str | LionForm = "auto",
 
   if sequence_axis is not None:
     numerator, denominator = _context_parallel_chunk_scan(q, k, v, log_decay, convention,
-                                                          normalize, chunk_size, sequence_axis)
+                                                          normalize, chunk_size, sequence_axis,
+                                                          state_pass)
   elif form in (LionForm.ATTENTION, LionForm.CHUNK, LionForm.CHUNK_SCAN):
     evaluate = {LionForm.ATTENTION: _attention, LionForm.CHUNK: _chunked_queries,
-                LionForm.CHUNK_SCAN: _chunk_scan}[form]
+                LionForm.CHUNK_SCAN: functools.partial(_chunk_scan, state_pass=state_pass)}[form]
     numerator, denominator = evaluate(q, k, v, log_decay, convention, normalize, chunk_size)
   else:
     numerator, denominator = _recurrent(recurrent.CAUSAL_KERNELS[form.value], q, k, v,
@@ -207,22 +213,26 @@ def _recurrent(kernel, q, k, v, log_decay, convention, normalize):
   return out[..., :v.shape[-1]], out[..., v.shape[-1]:]
 
 
-def _chunk_scan(q, k, v, log_decay, convention, normalize, chunk_size):
+def _chunk_scan(q, k, v, log_decay, convention, normalize, chunk_size, state_pass="auto"):
   """Numerator and decayed normaliser from the bidirectional chunk kernel."""
   gate_f = masks.forward_gate(log_decay, convention)
   if normalize is not Normalize.AFTER or log_decay.shape[-1] == 1:
     # One decay per head: the normaliser is a row sum of the same weights, no extra channel.
     return chunkwise.bidirectional_chunk_scan(q, k, v, gate_f, log_decay, chunk_size,
-                                              with_key_sums=normalize is Normalize.AFTER)
+                                              with_key_sums=normalize is Normalize.AFTER,
+                                              state_pass=state_pass)
   carried, (gate_f, log_decay) = _with_unit_values(v, gate_f, log_decay)
-  out, _ = chunkwise.bidirectional_chunk_scan(q, k, carried, gate_f, log_decay, chunk_size)
+  out, _ = chunkwise.bidirectional_chunk_scan(q, k, carried, gate_f, log_decay, chunk_size,
+                                              state_pass=state_pass)
   return out[..., :v.shape[-1]], out[..., v.shape[-1]:]
 
 
-def _context_parallel_chunk_scan(q, k, v, log_decay, convention, normalize, chunk_size, axis):
+def _context_parallel_chunk_scan(q, k, v, log_decay, convention, normalize, chunk_size, axis,
+                                 state_pass):
   """Numerator and decayed normaliser with the sequence split over mesh axis `axis`."""
   scan = lambda u, log_decay: context_parallel.context_parallel_chunk_scan(
-      q, k, u, log_decay, convention=convention, chunk_size=chunk_size, sequence_axis=axis)
+      q, k, u, log_decay, convention=convention, chunk_size=chunk_size, sequence_axis=axis,
+      state_pass=state_pass)
   if normalize is not Normalize.AFTER:
     return scan(v, log_decay), None
   carried, (log_decay,) = _with_unit_values(v, log_decay)

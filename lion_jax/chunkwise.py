@@ -10,9 +10,10 @@ shifted right for the code convention) and A_r = Σ_{t ≤ r} a_t, the LION mask
 
 (F̄, Ā: whole-chunk totals). So every output is one C×C block per chunk plus a query times the
 forward state entering its chunk plus a query times the backward state entering it from the
-right; both states come from one `lax.scan` over chunks, the two directions stacked on the batch
-axis. Only chunk-local sums are exponentiated and every exponent is ≤ 0: stable in float32 at
-any L. Work O(L·C·(K+E) + L·K·E), memory O(L·C + N·K·E).
+right; both states come from one exclusive scan over chunks, the two directions stacked on the
+batch axis: a `lax.scan` of N steps, or a `lax.associative_scan` of log N depth for accelerators
+(`state_pass`, `resolve_state_pass`). Only chunk-local sums are exponentiated and every exponent
+is ≤ 0: stable in float32 at any L. Work O(L·C·(K+E) + L·K·E), memory O(L·C + N·K·E).
 
 With one decay per carried channel (vector decays) the same-chunk mask differs per channel.
 When every chunk's log-decays span at most 2W (`factored_exponent_limit`: 80 in float32, e.g.
@@ -36,13 +37,15 @@ import math
 import jax
 import jax.numpy as jnp
 
+from lion_jax.options import check_choice
+
 # The exact fallback for vector decays splits a chunk into sub-chunks of this size: only the
 # diagonal sub-blocks get [S, S, E] masks, the rest goes through matmuls.
 VECTOR_SUBCHUNK = 8
 
 
 def bidirectional_chunk_scan(q, k, u, forward_gate, log_decay, chunk_size: int = 64,
-                             with_key_sums: bool = False):
+                             with_key_sums: bool = False, state_pass: str = "auto"):
   """Σ_j (q_i·k_j) M_ij u_j over all keys j, chunk by chunk.
 
   Args:
@@ -55,10 +58,14 @@ def bidirectional_chunk_scan(q, k, u, forward_gate, log_decay, chunk_size: int =
     chunk_size: C; L is padded up to a multiple of C with zero keys, which add nothing.
     with_key_sums: also return Σ_j (q_i·k_j) M_ij (the "after" normaliser); only for G = 1,
       where it costs a row sum instead of a carried channel of ones.
+    state_pass: how the chunk states pass between chunks: "scan" (a `lax.scan` of N sequential
+      steps), "associative" (a log-depth `lax.associative_scan` over the chunk axis) or "auto"
+      (`resolve_state_pass`). Both give the same values.
 
   Returns:
     [B, L, H, E] outputs, and [B, L, H, 1] key sums (or None).
   """
+  entering_states = STATE_PASSES[resolve_state_pass(state_pass)]
   batch, length, heads, key_dim = k.shape
   channels, groups = u.shape[-1], log_decay.shape[-1]
   if with_key_sums and groups != 1:
@@ -86,21 +93,21 @@ def bidirectional_chunk_scan(q, k, u, forward_gate, log_decay, chunk_size: int =
   chunked = tuple(map(to_chunks, padded[:3] + cumsums))  # q, k, u, F, A
 
   if groups == 1:
-    out, key_sums = _chunk_kernel(*chunked, _scalar_block)
+    out, key_sums = _chunk_kernel(*chunked, _scalar_block, entering_states)
     return unchunk(out), unchunk(key_sums) if with_key_sums else None
   # Vector decays: the factored block needs every chunk's log-decays to span at most 2W, and
   # Σ_t |gate_t| over a chunk bounds that span. One `cond` for the whole kernel, so that each
   # branch fuses as freely as an unconditional kernel would.
   limit = factored_exponent_limit(u.dtype)
   span = jnp.maximum(*(jnp.abs(in_chunks(x)).sum(-2) for x in padded[3:]))  # [B, N, H·G]
-  kernel = lambda block: lambda *operands: _chunk_kernel(*operands, block)[0]
+  kernel = lambda block: lambda *operands: _chunk_kernel(*operands, block, entering_states)[0]
   # NaN or ∞ spans fail the test and take the exact branch.
   out = jax.lax.cond(jnp.max(span) <= 2 * limit, kernel(_factored_block),
                      kernel(_exact_vector_block), *chunked)
   return unchunk(out), None
 
 
-def _chunk_kernel(q, k, u, fwd, bwd, intra_block):
+def _chunk_kernel(q, k, u, fwd, bwd, intra_block, entering_states):
   """The chunk kernel on chunked inputs, with a given same-chunk block.
 
   Args:
@@ -110,6 +117,7 @@ def _chunk_kernel(q, k, u, fwd, bwd, intra_block):
       log λ.
     intra_block: (scores, u, F, A) -> ([B, H, N, C, E] same-chunk outputs, [B, H, N, C, 1]
       same-chunk key sums or None).
+    entering_states: (totals, leaving) -> entering states, a value of `STATE_PASSES`.
 
   Returns:
     [B, H, N, C, E] outputs and [B, H, N, C, 1] key sums (None unless `intra_block` gives them).
@@ -132,7 +140,7 @@ def _chunk_kernel(q, k, u, fwd, bwd, intra_block):
     carried += (jnp.concatenate([jnp.einsum("bhnck,bhnc->bhnk", k, to_end[..., 0]),
                                  jnp.flip(jnp.einsum("bhnck,bhnc->bhnk", k, to_start[..., 0]),
                                           2)])[..., None],)  # [2B, H, N, K, 1]
-  entering = _entering_states(totals, carried)
+  entering = entering_states(totals, carried)
   # Read-out: e^{F_r} q_r·S^fwd and e^{Ā − A_r} q_r·S^bwd, S the states entering chunk n.
   from_start = jnp.exp(fwd)  # [B, H, N, C, G]
   from_end = jnp.exp(bwd_total[:, :, :, None] - bwd)  # [B, H, N, C, G]
@@ -183,6 +191,48 @@ def _entering_states(totals, leaving):
   initial = tuple(jnp.zeros(x[:, :, 0].shape, x.dtype) for x in leaving)
   _, entering = jax.lax.scan(step, initial, (to_scan(totals), tuple(map(to_scan, leaving))))
   return tuple(jnp.moveaxis(x, 0, 2) for x in entering)
+
+
+def _entering_states_associative(totals, leaving):
+  """`_entering_states` in log depth: `lax.associative_scan` over the chunk axis.
+
+  A chunk is the affine map S -> e^{a} S + c of the state passing through it (a its total
+  log-decay, c what it adds). Two maps in a row compose to (a₁, c₁) then (a₂, c₂) =
+  (a₁ + a₂, e^{a₂} c₁ + c₂), which is associative, so the inclusive prefix (the state leaving
+  each chunk) takes O(log N) dependent steps instead of N. Every a ≤ 0, so no partial product
+  grows. The entering state is the previous chunk's leaving state (zero before the first).
+
+  Args and returns as `_entering_states`.
+  """
+  def compose(earlier, later):
+    (total_1, states_1), (total_2, states_2) = earlier, later  # [2B, H, n, G], [2B, H, n, K, X]
+    decay = jnp.exp(total_2)[..., None, :]  # [2B, H, n, 1, G]
+    return total_1 + total_2, tuple(decay * s1 + s2 for s1, s2 in zip(states_1, states_2))
+
+  _, leaving_states = jax.lax.associative_scan(compose, (totals, leaving), axis=2)
+  # [2B, H, N, K, X]: shift by one chunk, zero state entering the first.
+  return tuple(jnp.pad(x, [(0, 0), (0, 0), (1, 0), (0, 0), (0, 0)])[:, :, :-1]
+               for x in leaving_states)
+
+
+# How the chunk states pass between chunks, by `state_pass` value (lion_jax.options).
+STATE_PASSES = {"scan": _entering_states, "associative": _entering_states_associative}
+
+
+def resolve_state_pass(state_pass: str) -> str:
+  """The concrete state pass ("scan" or "associative") for `state_pass` on the default backend.
+
+  "auto" picks, per backend, the pass measured faster there. On the CPU that is "scan": the
+  N-step `lax.scan` does about half the associative form's work and its steps are cheap there
+  (fwd+bwd of vector-decay attention at L = 1K to 16K: the associative pass 5–14% slower;
+  docs/benchmarks.md section 9). On GPU and TPU it is "associative", where each of the scan's
+  N steps is a kernel launch. That accelerator default is not yet measured on a GPU or TPU
+  (`bench/accelerator.py` times both passes).
+  """
+  state_pass = check_choice("state_pass", state_pass)
+  if state_pass != "auto":
+    return state_pass
+  return "scan" if jax.default_backend() == "cpu" else "associative"
 
 
 def _block_decay(fwd, bwd):

@@ -98,6 +98,9 @@ class ModelConfig:
   # Default evaluation form of every mixer and its chunk size; both can be overridden per call.
   form: str = "chunk_scan"
   chunk_size: int = 64
+  # How "chunk_scan" passes states between chunks: "scan", "associative" (log depth) or "auto"
+  # (the backend's default, `chunkwise.resolve_state_pass`).
+  state_pass: str = "auto"
   # jax.checkpoint each block (long sequences: recompute activations in the backward pass).
   remat: bool = False
   # Compute dtype of the dense layers, embeddings and residual stream ("bfloat16" is a GPU option;
@@ -219,7 +222,7 @@ MIXER_FIELDS: dict[str, tuple[str, ...]] = {
     "lion": ("feature_map", "key_dim", "decay", "decay_shape", "decay_param", "selective_mode",
              "selective_bias_init", "selective_init_std", "qk_init_std", "decay_init", "v_init",
              "normalize", "convention", "output_proj", "eps", "form", "chunk_size", "scan_order",
-             "sequence_axis"),
+             "sequence_axis", "state_pass"),
     "s5": ("ssm_size", "ssm_blocks", "conj_sym", "clip_eigs", "c_init", "dt_global", "ssm_scan"),
     "softmax": ("attention_dim",),
 }

@@ -66,7 +66,7 @@ def check_sequence_axis(sequence_axis: str, form: str) -> int:
 
 
 def context_parallel_chunk_scan(q, k, u, log_decay, *, convention: str, chunk_size: int,
-                                sequence_axis: str):
+                                sequence_axis: str, state_pass: str = "auto"):
   """Σ_j (q_i·k_j) M_ij u_j over all keys, with the sequence split over `sequence_axis`.
 
   Called on global arrays under a mesh (`jax.set_mesh`) that has `sequence_axis`; the other
@@ -81,6 +81,8 @@ def context_parallel_chunk_scan(q, k, u, log_decay, *, convention: str, chunk_si
     convention: "symmetric" or "code" (`lion_jax.masks`).
     chunk_size: C of each shard's chunk kernel.
     sequence_axis: the mesh axis the sequence is split over.
+    state_pass: how each shard's chunk kernel passes states between its chunks
+      (`chunkwise.bidirectional_chunk_scan`).
 
   Returns:
     [B, L, H, E], equal to `chunkwise.bidirectional_chunk_scan` with the gate of `convention`.
@@ -93,7 +95,7 @@ def context_parallel_chunk_scan(q, k, u, log_decay, *, convention: str, chunk_si
 
   def local(q, k, u, log_decay):
     return shard_chunk_scan(q, k, u, log_decay, convention=convention, chunk_size=chunk_size,
-                            axis_name=sequence_axis)
+                            axis_name=sequence_axis, state_pass=state_pass)
 
   # check_vma=False: the chunk kernel's scans start from fresh zero states, which the
   # varying-manual-axes check would ask to be cast to "varying" first. Under `jit` also when
@@ -103,14 +105,15 @@ def context_parallel_chunk_scan(q, k, u, log_decay, *, convention: str, chunk_si
   return out[:, :length]
 
 
-def shard_chunk_scan(q, k, u, log_decay, *, convention: str, chunk_size: int, axis_name: str):
+def shard_chunk_scan(q, k, u, log_decay, *, convention: str, chunk_size: int, axis_name: str,
+                     state_pass: str = "auto"):
   """One shard's outputs over all keys of all shards; call inside `shard_map` over `axis_name`.
 
   Args:
     q, k: [B, S, H, K] this shard's queries and keys.
     u: [B, S, H, E] this shard's carried values.
     log_decay: [B, S, H, G] this shard's log λ.
-    convention, chunk_size: as in `context_parallel_chunk_scan`.
+    convention, chunk_size, state_pass: as in `context_parallel_chunk_scan`.
     axis_name: the bound mesh axis the sequence is split over (shard s holds tokens
       s·S … s·S + S − 1).
 
@@ -141,7 +144,8 @@ def shard_chunk_scan(q, k, u, log_decay, *, convention: str, chunk_size: int, ax
       around(no_queries, q, no_queries), around(unit_keys, k, unit_keys),
       around(rows(enter_forward), u, rows(enter_backward)),
       around(no_decay, inner_gate.at[:, 0].set(boundary[shard]), no_decay),
-      around(no_decay, log_decay, no_decay), chunk_size)  # [B, K+S+K, H, E]
+      around(no_decay, log_decay, no_decay), chunk_size,
+      state_pass=state_pass)  # [B, K+S+K, H, E]
   return out[:, key_dim:key_dim + length]
 
 

@@ -169,7 +169,8 @@ class LionMixer(nnx.Module):
                             convention=config.convention, normalize=config.normalize,
                             key_mask=mask,
                             chunk_size=config.chunk_size if chunk_size is None else chunk_size,
-                            eps=config.eps, sequence_axis=config.sequence_axis
+                            eps=config.eps, sequence_axis=config.sequence_axis,
+                            state_pass=config.state_pass
                             )  # [B, L, H, V]; lion_attention for scan_order="raster"
     y = y.reshape(batch, length, h * v)  # [B, L, M]
     return self.out_proj(y) if self.out_proj is not None else y

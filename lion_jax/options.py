@@ -33,6 +33,8 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "scan_order": ("raster", "snake", "snake_outputs"),
     "ssm_scan": ("associative", "linear"),
     "c_init": ("lecun_normal", "trunc_standard_normal", "complex_normal"),
+    # How `chunk_scan` passes states between chunks (`chunkwise.resolve_state_pass`).
+    "state_pass": ("auto", "scan", "associative"),
 }
 
 

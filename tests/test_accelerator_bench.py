@@ -52,6 +52,7 @@ def test_quick_run_passes_every_stage_and_writes_the_report(tmp_path):
   assert all(c["ok"] for c in stages["correctness"]["reference_checks"])
   timed = [r for r in stages["forms"]["results"] if "median_s" in r]
   assert {r["form"] for r in timed} == {"attention", "rnn", "scan", "chunk_scan"}
+  assert {r["state_pass"] for r in timed if r["form"] == "chunk_scan"} >= {"scan", "associative"}
   assert all(r["temp_plus_output_bytes"] > 0 for r in timed)
   assert all(r["examples_per_s"] > 0 for r in stages["train_step"]["results"])
   assert [r["step"] for r in stages["train"]["curve"] if "eval_accuracy" in r] == [3, 6]

@@ -1,0 +1,136 @@
+"""The specification of `chunk_scan`'s state pass: the log-depth associative form equals the
+N-step scan and the float64 definition, values and gradients."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+from jax.sharding import Mesh
+
+from lion_jax import LionMixer, chunkwise, lion_attention
+from lion_jax.config import ModelConfig
+from tests.reference import reference_lion
+from tests.test_lion_attention import B, CHUNK, H, V, make_inputs
+
+STATE_PASSES = ("scan", "associative")
+
+
+def entering_by_definition(totals, leaving):
+  """Σ_{m < n} exp(Σ_{m < p < n} totals_p) leaving_m, summed term by term in float64."""
+  entering = np.zeros_like(leaving)
+  for n in range(totals.shape[2]):
+    for m in range(n):
+      decay = np.exp(totals[:, :, m + 1:n].sum(2))[..., None, :]  # [2B, H, 1, G]
+      entering[:, :, n] += decay * leaving[:, :, m]
+  return entering
+
+
+@pytest.mark.parametrize("groups, channels", [(1, 1), (1, 3), (3, 3)],
+                         ids=["scalar_key_sums", "scalar", "vector"])
+@pytest.mark.parametrize("num_chunks", [1, 2, 13])
+def test_both_passes_equal_the_definition_of_the_entering_states(num_chunks, groups, channels):
+  rng = np.random.default_rng(0)
+  totals = -rng.exponential(2.0, (2, 2, num_chunks, groups))  # [2B, H, N, G]
+  totals[0, 0, num_chunks // 2] = -np.inf  # a chunk that forgets everything before it
+  leaving = rng.normal(size=(2, 2, num_chunks, 4, channels))  # [2B, H, N, K, X]
+  expected = entering_by_definition(totals, leaving)
+  with jax.enable_x64(True):
+    for state_pass in STATE_PASSES:
+      (got,) = jax.jit(chunkwise.STATE_PASSES[state_pass])(totals, (leaving,))
+      np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12, err_msg=state_pass)
+
+
+@functools.lru_cache(maxsize=None)
+def loss_and_grads(state_pass, convention):
+  def loss(q, k, v, log_decay, key_mask, weights):
+    out = lion_attention(q, k, v, log_decay, form="chunk_scan", convention=convention,
+                         key_mask=key_mask, chunk_size=CHUNK, state_pass=state_pass)
+    return jnp.sum(out * weights), out
+  return jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2, 3), has_aux=True))
+
+
+@pytest.mark.parametrize("decay_kind, log_range", [
+    ("selective", None), ("selective_vector", None),
+    ("selective_vector", (-40.0, -20.0)), ("selective_vector", (-1e-9, 0.0))],
+    ids=["scalar", "vector", "vector_to_zero", "vector_to_one"])
+@pytest.mark.parametrize("convention", ["symmetric", "code"])
+@pytest.mark.parametrize("length", [37, 96])
+def test_associative_pass_equals_scan_and_definition_with_gradients(length, convention,
+                                                                    decay_kind, log_range):
+  """Odd L (a partial last chunk), a key mask, both conventions, scalar, vector and extreme
+  decays; in float64 the two passes agree to rounding, gradients included."""
+  q, k, v, log_decay, key_mask = make_inputs(length, decay_kind, seed=5)
+  if log_range is not None:
+    log_decay = np.random.default_rng(6).uniform(*log_range, log_decay.shape)
+  weights = np.random.default_rng(7).normal(size=v.shape)
+  expected = reference_lion(q, k, v, log_decay, convention=convention, key_mask=key_mask)
+  with jax.enable_x64(True):
+    results = {p: loss_and_grads(p, convention)(q, k, v, log_decay, key_mask, weights)
+               for p in STATE_PASSES}
+  (_, scan_out), scan_grads = results["scan"]
+  (_, assoc_out), assoc_grads = results["associative"]
+  assert assoc_out.dtype == jnp.float64
+  np.testing.assert_allclose(assoc_out, expected, rtol=1e-10, atol=1e-10)
+  np.testing.assert_allclose(assoc_out, scan_out, rtol=1e-12, atol=1e-12)
+  for name, got, want in zip("q k v log_decay".split(), assoc_grads, scan_grads):
+    assert np.all(np.isfinite(got)), name
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12, err_msg=f"d/d{name}")
+
+
+def test_associative_pass_in_float32_matches_the_definition():
+  q, k, v, log_decay, key_mask = make_inputs(96, "selective_vector", seed=8)
+  expected = reference_lion(q, k, v, log_decay, key_mask=key_mask)
+  f32 = [np.asarray(x, np.float32) for x in (q, k, v, log_decay)]
+  (_, got), _ = loss_and_grads("associative", "symmetric")(*f32, key_mask,
+                                                           np.ones(v.shape, np.float32))
+  assert got.dtype == jnp.float32
+  np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_auto_resolves_to_a_concrete_pass_and_unknown_values_are_named():
+  assert chunkwise.resolve_state_pass("auto") in STATE_PASSES
+  assert chunkwise.resolve_state_pass("associative") == "associative"
+  q, k, v, log_decay, _ = make_inputs(7, "selective")
+  with pytest.raises(ValueError, match="state_pass='tree' is not one of 'auto', 'scan', "
+                                       "'associative'"):
+    lion_attention(q, k, v, log_decay, state_pass="tree")
+  with pytest.raises(ValueError, match="ModelConfig.state_pass='tree'"):
+    ModelConfig(state_pass="tree")
+
+
+@pytest.mark.parametrize("order", [dict(), dict(scan_order="snake", grid=(3, 7))],
+                         ids=["raster", "snake"])
+def test_model_config_state_pass_reaches_the_chunk_kernel(order, monkeypatch):
+  """`ModelConfig.state_pass` picks the pass every scan of the mixer runs, with equal outputs."""
+  used = []
+  for name, state_pass in list(chunkwise.STATE_PASSES.items()):
+    monkeypatch.setitem(chunkwise.STATE_PASSES, name,
+                        lambda *a, _n=name, _f=state_pass: used.append(_n) or _f(*a))
+  x = jax.random.normal(jax.random.key(1), (2, 21, 16))
+  outputs = {}
+  for state_pass in STATE_PASSES:
+    config = ModelConfig(d_model=16, num_heads=2, num_layers=1, chunk_size=8, decay="selective",
+                         decay_shape="vector", state_pass=state_pass, **order)
+    used.clear()
+    outputs[state_pass] = LionMixer(config, rngs=nnx.Rngs(0))(x, None)
+    assert used and set(used) == {state_pass}
+  np.testing.assert_allclose(outputs["associative"], outputs["scan"], rtol=1e-5, atol=1e-6)
+
+
+def test_state_pass_reaches_every_shard_under_a_sequence_axis(monkeypatch):
+  used = []
+  associative = chunkwise.STATE_PASSES["associative"]
+  monkeypatch.setitem(chunkwise.STATE_PASSES, "associative",
+                      lambda *a: used.append("associative") or associative(*a))
+  q, k, v, log_decay, key_mask = make_inputs(37, "selective_vector", seed=9)
+  mesh = Mesh(np.asarray(jax.devices()[:1]), ("seq",))
+  with jax.enable_x64(True), jax.set_mesh(mesh):
+    got = jax.jit(lambda *x: lion_attention(*x, key_mask=key_mask, chunk_size=CHUNK,
+                                            sequence_axis="seq", state_pass="associative")
+                  )(q, k, v, log_decay)
+  assert used
+  np.testing.assert_allclose(got, reference_lion(q, k, v, log_decay, key_mask=key_mask),
+                             rtol=1e-10, atol=1e-10)
