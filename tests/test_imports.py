@@ -7,6 +7,7 @@ from their files, as `python bench/x.py` would run them, without calling their `
 
 import importlib
 import importlib.util
+import os
 import pkgutil
 import sys
 from pathlib import Path
@@ -48,4 +49,9 @@ def test_bench_script_imports(script, monkeypatch):
   spec = importlib.util.spec_from_file_location(f"bench_script_{path.stem}", path)
   module = importlib.util.module_from_spec(spec)
   monkeypatch.setitem(sys.modules, spec.name, module)
-  spec.loader.exec_module(module)
+  environment = dict(os.environ)
+  try:
+    spec.loader.exec_module(module)
+  finally:  # a script may set XLA_FLAGS for its own run; later tests' subprocesses inherit os.environ
+    os.environ.clear()
+    os.environ.update(environment)

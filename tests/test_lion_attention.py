@@ -317,7 +317,8 @@ def test_factored_block_alone_breaks_beyond_its_range_which_is_why_it_is_guarded
       B, H, 2, CHUNK, x.shape[-1])
   within_chunks = log_decay.reshape(B, 2, CHUNK, H, V).cumsum(2).reshape(log_decay.shape)
   factored, _ = chunkwise._chunk_kernel(*map(to_chunks, (q, k, v, within_chunks, within_chunks)),
-                                        chunkwise._factored_block)
+                                        chunkwise._factored_block,
+                                        chunkwise.STATE_PASSES["scan"])
   expected = reference_lion(q, k, v, log_decay, normalize="none")
   factored = np.asarray(jnp.moveaxis(factored.reshape(B, H, 2 * CHUNK, V), 1, 2))
   if works:
