@@ -433,6 +433,8 @@ def stage_forms(run: StageRun) -> None:
 TRAIN_STEP_TASKS = ("listops", "text", "retrieval", "image", "pathfinder", "pathx")
 # (chunk size, compute dtype) in the order they are run: every preset's default first, so a
 # short budget still covers every task.
+# S5 and the Transformer (the paper's Table 7 baselines), timed once per task next to LION-S.
+TRAIN_STEP_BASELINES = ("s5", "transformer")
 TRAIN_STEP_VARIANTS = ((64, "float32"), (64, "bfloat16"), (128, "float32"), (256, "float32"),
                        (128, "bfloat16"), (256, "bfloat16"))
 
@@ -448,6 +450,7 @@ def stage_train_step(run: StageRun) -> None:
   if run.quick:
     _quick_compiles()
   import train_step  # pylint: disable=import-outside-toplevel
+  from configs import common  # pylint: disable=import-outside-toplevel
   budget_gb = _memory_budget_gb(harness)
   if run.quick:
     tasks, variants, arg = ("listops",), ((16, "bfloat16"),), "lion_s,runlocal"
@@ -457,8 +460,9 @@ def stage_train_step(run: StageRun) -> None:
   last: dict[str, float] = {}
   remat_tasks: set[str] = set()
 
-  def measure(task, chunk, dtype, remat):
-    config, info, seq_len = train_step.task_config(task, arg)
+  def measure(task, chunk, dtype, remat, baseline=None):
+    variant = arg if baseline is None else arg.replace("lion_s", baseline)
+    config, info, seq_len = train_step.task_config(task, variant)
     config.model.remat = remat
     if run.quick:
       config.model.num_layers, config.model.d_model = 1, 16
@@ -468,18 +472,23 @@ def stage_train_step(run: StageRun) -> None:
     start = time.monotonic()
     case, _ = train_step.step_case(task, config, info, seq_len, "chunk_scan", chunk,
                                    config.batch_size, dtype=dtype)
-    case.info["remat"] = remat
+    case.info.update(remat=remat, variant=variant.split(",")[0])
     _run_case(harness, case, budget_gb, run)
     last[task] = time.monotonic() - start
     return train_step.examples_per_second(harness.record(case))
 
-  for chunk, dtype in variants:
+  for index, (chunk, dtype) in enumerate(variants):
     for task in tasks:
       record = measure(task, chunk, dtype, remat=task in remat_tasks)
       run.add("results", record)
       if record.get("skipped", "stage time budget") != "stage time budget" and not record["remat"]:
         remat_tasks.add(task)  # did not fit or compile: once more, recomputing activations
         run.add("results", measure(task, chunk, dtype, remat=True))
+    if index == 0:  # the Table 7 baselines at their own presets, right after LION's defaults
+      for task in tasks:
+        for baseline in TRAIN_STEP_BASELINES:
+          if baseline in common.task_variants(task):
+            run.add("results", measure(task, chunk, dtype, remat=False, baseline=baseline))
   run.payload["passed"] = any("median_s" in r for r in run.payload.get("results", []))
 
 
@@ -798,9 +807,10 @@ def markdown(report: dict[str, Any]) -> str:
     lines += ["## One LRA training step per preset", "",
               f"Config `{steps.get('variant')}`, the preset's batch size, chunk_scan; "
               "compile = lower + compile seconds.", "", _table(
-                  ["task", "L", "batch", "C", "dtype", "remat", "examples/s", "step ms",
-                   "compile s", "temp+output"],
-                  [[r["task"], r.get("seq_len", "–"), r.get("batch", "–"), r["chunk_size"],
+                  ["task", "model", "L", "batch", "C", "dtype", "remat", "examples/s",
+                   "step ms", "compile s", "temp+output"],
+                  [[r["task"], r.get("variant", "lion_s"), r.get("seq_len", "–"),
+                    r.get("batch", "–"), r["chunk_size"] or "–",
                     r["dtype"], "yes" if r.get("remat") else "no",
                     f"{r['examples_per_s']:.1f}" if "examples_per_s" in r else _why(r),
                     _ms(r.get("median_s")),

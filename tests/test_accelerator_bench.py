@@ -55,6 +55,7 @@ def test_quick_run_passes_every_stage_and_writes_the_report(tmp_path):
   assert {r["state_pass"] for r in timed if r["form"] == "chunk_scan"} >= {"scan", "associative"}
   assert all(r["temp_plus_output_bytes"] > 0 for r in timed)
   assert all(r["examples_per_s"] > 0 for r in stages["train_step"]["results"])
+  assert [r["variant"] for r in stages["train_step"]["results"]] == ["lion_s", "s5", "transformer"]
   assert [r["step"] for r in stages["train"]["curve"] if "eval_accuracy" in r] == [3, 6]
   assert 0.0 <= stages["train"]["results"]["test_accuracy"] <= 1.0
 
