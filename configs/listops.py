@@ -72,6 +72,7 @@ TRANSFORMER = {
     "b2": 0.98,  # LRA train: Adam(beta1=0.9, beta2=0.98, eps=1e-9); eps stays optax's 1e-8 here
     # LRA train passes no classifier_pool, so LRA model's default "CLS" pools a CLS token (the
     # config's pooling_mode is unused); here the masked mean shared by every model.
+    # LRA config: max_length=2000; here the task's L (2048), the same for every model.
 }
 
 
