@@ -7,7 +7,7 @@
 `--variants` lists configs/<task>.py variants side by side (default: LION-S next to the Table 7
 baselines S5 and Transformer, each at its own task preset). LION variants run every `--forms`
 entry; a baseline has one form and runs once. A task whose config has no such variant (Path-X
-has no baselines) skips it.
+has S5 but no Transformer) skips it.
 
 The step is the real one (`lra.steps.jit_train_step`: AdamW with the config's parameter groups,
 state donated) on synthetic batches of the task's shapes (`lra.tasks` TaskInfo), timed by the

@@ -70,17 +70,43 @@ BASELINE_VARIANTS: dict[str, dict[str, Any]] = {
 }
 
 
-# The S5 release's --opt_config rules as `param_groups` (read in a fork's copy of its
-# train_helpers.py, not verified in the release itself): the SSM parameters listed go to the
-# "decay" group (S5's ssm_lr = `decay_learning_rate`, no weight decay), everything else trains
-# at the learning rate with weight decay. Here biases and norm scales never take weight decay.
-#   BfastandCdecay: Λ, log Δ and the norms at ssm_lr; B, C, D at the learning rate.
-#   standard:       Λ, B, log Δ and the norms at ssm_lr; C, D at the learning rate.
-_NO_WEIGHT_DECAY = (r"bias|(^|/)scale$", "no_weight_decay")
-S5_PARAM_GROUPS = {
-    "BfastandCdecay": ((r"lambda_|log_step|norm", "decay"), _NO_WEIGHT_DECAY),
-    "standard": ((r"lambda_|(^|/)b_(re|im)$|log_step|norm", "decay"), _NO_WEIGHT_DECAY),
+# The S5 release's --opt_config rules (lindermanlab/S5 s5/train_helpers.py `create_train_state`,
+# help text in run_train.py) as `param_groups`. The release labels each parameter by its own
+# name: "ssm" (Adam at ssm_lr, no weight decay: `decay` here, decay_learning_rate), "none"
+# (BandCdecay only: AdamW at ssm_lr with weight decay: `decay_weight_decay`) and "regular"
+# (AdamW at the global lr with weight decay: `default`). Names (release -> here): Lambda_re/_im
+# -> lambda_re/_im, B -> b_re/b_im, C (C1, C2) -> c_re/c_im, D -> d, log_step -> log_step.
+#   standard:       Λ, B, log Δ at ssm_lr; C, D at the learning rate with weight decay.
+#   BandCdecay:     Λ, log Δ at ssm_lr; B at ssm_lr with weight decay; C, D as standard.
+#   BfastandCdecay: Λ, log Δ at ssm_lr; B, C, D at the learning rate with weight decay.
+#   noBCdecay:      Λ, B, C, D, log Δ at ssm_lr, none with weight decay.
+# --dt_global=True (Text, Retrieval) changes only the optimiser: log Δ leaves the ssm_lr group
+# for the learning rate with weight decay (the model keeps one Δ per state).
+# Every other parameter (encoder, GLU, head, biases, and the norms' scale and bias) is
+# "regular": weight decay included. The release also lists "norm" among the ssm_lr names, but
+# it matches leaf names only, and a norm's leaves are "scale" and "bias", so it never applies.
+_S5_SSM_LR = {
+    "standard": ("lambda_re", "lambda_im", "b_re", "b_im"),
+    "BandCdecay": ("lambda_re", "lambda_im"),
+    "BfastandCdecay": ("lambda_re", "lambda_im"),
+    "noBCdecay": ("lambda_re", "lambda_im", "b_re", "b_im", "c_re", "c_im", "d"),
 }
+S5_OPT_CONFIGS = tuple(_S5_SSM_LR)
+
+
+def s5_param_groups(opt_config: str, dt_global: bool = False) -> tuple[tuple[str, str], ...]:
+  """The `param_groups` of the S5 release's `--opt_config` (and `--dt_global`), see above."""
+  if opt_config not in _S5_SSM_LR:
+    raise ValueError(f"opt_config {opt_config!r} is not one of {', '.join(S5_OPT_CONFIGS)}")
+  names = _S5_SSM_LR[opt_config] + (() if dt_global else ("log_step",))
+  groups = ((rf"(^|/)mixer/({'|'.join(names)})$", "decay"),)
+  if opt_config == "BandCdecay":
+    groups += ((r"(^|/)mixer/b_(re|im)$", "decay_weight_decay"),)
+  return groups
+
+
+# opt_config -> param_groups, with the release's default --dt_global=False.
+S5_PARAM_GROUPS = {name: s5_param_groups(name) for name in S5_OPT_CONFIGS}
 
 
 def task_variants(task: str) -> dict[str, dict[str, Any]]:

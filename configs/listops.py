@@ -19,7 +19,9 @@ from configs import common
 
 
 # S5 as the S5 release trains it on ListOps: bin/run_experiments/run_lra_listops.sh of
-# lindermanlab/S5 ("script") and the defaults of its run_train.py ("release default").
+# lindermanlab/S5 ("script") and the argument defaults of its run_train.py ("release default").
+# The script's --bidirectional=True is the only form `lion_jax.s5` has; conj_sym (True),
+# discretization (zoh) and --mode=pool (mean pooling) are release defaults the model shares.
 S5 = {
     "model.d_model": 128,  # script: --d_model=128
     "model.num_layers": 8,  # script: --n_layers=8
@@ -27,32 +29,38 @@ S5 = {
     "model.ssm_blocks": 8,  # script: --blocks=8 (J)
     "model.activation": "half_glu2",  # script: --activation_fn=half_glu2
     "model.norm": "batch",  # script: --batchnorm=True
-    "model.prenorm": True,  # release default --prenorm=True (read in a fork's copy, not verified)
-    "model.bn_momentum": 0.95,  # release default --bn_momentum=0.95 (as above, not verified)
+    "model.prenorm": True,  # release default: --prenorm=True
+    "model.bn_momentum": 0.95,  # release default: --bn_momentum=0.95
     "model.dropout": 0.0,  # script: --p_dropout=0
-    # dt_min/dt_max stay 0.001/0.1: release defaults (not verified in the release itself);
+    "model.dt_min": 0.001,  # release default: --dt_min=0.001
+    "model.dt_max": 0.1,  # release default: --dt_max=0.1
     "model.c_init": "lecun_normal",  # script: --C_init=lecun_normal
-    # clip_eigs and dt_global unset: release defaults False.
+    "model.clip_eigs": False,  # release default: --clip_eigs=False
     "batch_size": 50,  # script: --bsz=50
     "num_epochs": 40,  # script: --epochs=40
     "learning_rate": 3e-3,  # script: --lr_factor=3 × --ssm_lr_base=0.001
     "decay_learning_rate": 1e-3,  # script: --ssm_lr_base=0.001 (S5's ssm_lr)
     "weight_decay": 0.04,  # script: --weight_decay=0.04
     "warmup_epochs": 1.0,  # script: --warmup_end=1
-    "param_groups": common.S5_PARAM_GROUPS["BfastandCdecay"],  # script: --opt_config=BfastandCdecay
+    # script: --opt_config=BfastandCdecay; --dt_global unset: release default False.
+    "param_groups": common.S5_PARAM_GROUPS["BfastandCdecay"],
 }
 
 # The LRA paper's Transformer on ListOps: lra_benchmarks/listops/configs/base_listops_config.py
-# of google-research/long-range-arena ("LRA config"), which transformer_base.py uses unchanged.
+# ("LRA config", which transformer_base.py uses unchanged), lra_benchmarks/listops/train.py
+# ("LRA train") and lra_benchmarks/models/transformer/transformer.py ("LRA model") of
+# google-research/long-range-arena.
 TRANSFORMER = {
     "model.d_model": 512,  # LRA config: emb_dim=512, qkv_dim=512
-    "model.num_layers": 6,  # LRA config: num_layers=6
+    # LRA config: num_layers=4, mlp_dim=1024 (until March 2021 it said 6 and 2048).
+    "model.num_layers": 4,
     "model.num_heads": 8,  # LRA config: num_heads=8
-    "model.mlp_ratio": 4,  # LRA config: mlp_dim=2048 = 4 × 512
-    # LRA adds position embeddings; this config leaves learn_pos_emb at the model's default
-    # (fixed, as far as we read; not verified).
+    "model.mlp_ratio": 2,  # LRA config: mlp_dim=1024 = 2 × 512
+    # LRA model: learn_pos_emb=False by default, which LRA train leaves: fixed sinusoidal table.
     "model.positional": "sinusoidal",
-    "model.dropout": 0.1,  # not verified: the LRA encoder's default dropout rate
+    # LRA model: dropout_rate=0.1 by default, which LRA train leaves (attention dropout 0.1:
+    # not here).
+    "model.dropout": 0.1,
     "batch_size": 32,  # LRA config: batch_size=32
     "num_train_steps": 5000,  # LRA config: num_train_steps=5000
     # LRA config: learning_rate=0.05 × linear_warmup × rsqrt_decay with warmup=1000 steps, i.e.
@@ -60,7 +68,11 @@ TRANSFORMER = {
     "learning_rate": 0.05 / 1000 ** 0.5,
     "warmup_epochs": 1000 * 32 / 96_000,  # 1000 steps of 32 on ListOps' 96k training examples
     "weight_decay": 0.1,  # LRA config: weight_decay=1e-1
-    # LRA pools a CLS token (pooling_mode="CLS"); here the masked mean shared by every model.
+    "param_groups": (),  # LRA train: Adam's weight decay on every parameter, norms and biases too
+    "b2": 0.98,  # LRA train: Adam(beta1=0.9, beta2=0.98, eps=1e-9); eps stays optax's 1e-8 here
+    # LRA train passes no classifier_pool, so LRA model's default "CLS" pools a CLS token (the
+    # config's pooling_mode is unused); here the masked mean shared by every model.
+    # LRA config: max_length=2000; here the task's L (2048), the same for every model.
 }
 
 

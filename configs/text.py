@@ -14,8 +14,9 @@ from configs import common
 # S5 as the S5 release trains it on Text (IMDb): bin/run_experiments/run_lra_imdb.sh
 # of lindermanlab/S5 ("script"). The schedule passed to `get_base_config` below (batch,
 # epochs, weight decay, warmup) is the same script's.
-# Fields the script leaves unset keep the release defaults this preset shares with LION
-# (activation, prenorm, Δ range), read in a fork's copy of run_train.py, not verified.
+# Fields the script leaves unset keep the argument defaults of the release's run_train.py, which
+# the preset shares: --prenorm=True, --bn_momentum=0.95, --dt_min=0.001, --dt_max=0.1,
+# --clip_eigs=False (--bidirectional=True, --batchnorm=True: as in the preset).
 S5 = {
     "model.d_model": 256,  # script: --d_model=256
     "model.num_layers": 6,  # script: --n_layers=6
@@ -24,23 +25,28 @@ S5 = {
     "model.activation": "half_glu2",  # script: --activation_fn=half_glu2
     "model.dropout": 0.1,  # script: --p_dropout=0.1
     "model.c_init": "lecun_normal",  # script: --C_init=lecun_normal
-    "model.dt_global": True,  # script: --dt_global=True
     "learning_rate": 4e-3,  # script: --lr_factor=4 × --ssm_lr_base=0.001
     "decay_learning_rate": 1e-3,  # script: --ssm_lr_base=0.001
-    "param_groups": common.S5_PARAM_GROUPS["standard"],  # script: --opt_config=standard
+    # script: --opt_config=standard --dt_global=True (log Δ at the learning rate, weight decay).
+    "param_groups": common.s5_param_groups("standard", dt_global=True),
 }
 
 
-# The LRA paper's Transformer on Text:
-# lra_benchmarks/text_classification/configs/base_tc_config.py
-# of google-research/long-range-arena
-# ("LRA config"; transformer_base.py uses it unchanged).
+# The LRA paper's Transformer on Text: lra_benchmarks/text_classification/configs/
+# base_tc_config.py ("LRA config", which transformer_base.py uses unchanged),
+# lra_benchmarks/text_classification/train.py ("LRA train") and
+# lra_benchmarks/models/transformer/transformer.py ("LRA model")
+# of google-research/long-range-arena.
 TRANSFORMER = {
     "model.d_model": 256,  # LRA config: emb_dim=256, qkv_dim=256
     "model.num_layers": 4,  # LRA config: num_layers=4
     "model.num_heads": 4,  # LRA config: num_heads=4
     "model.mlp_ratio": 4,  # LRA config: mlp_dim=1024 = 4 × 256
-    "model.positional": "sinusoidal",  # LRA adds position embeddings (learnt or fixed: not verified)
+    # LRA model: learn_pos_emb=False by default, which LRA train leaves: fixed sinusoidal table.
+    "model.positional": "sinusoidal",
+    # LRA model: dropout_rate=0.1 by default, which LRA train leaves (attention dropout 0.1:
+    # not here).
+    "model.dropout": 0.1,
     "batch_size": 32,  # LRA config: batch_size=32
     "num_train_steps": 20_000,  # LRA config: num_train_steps=20000
     # LRA config: 0.05 × linear_warmup × rsqrt_decay, warmup=8000 steps: peak 0.05/√8000 at step
@@ -48,6 +54,8 @@ TRANSFORMER = {
     "learning_rate": 0.05 / 8000 ** 0.5,
     "warmup_epochs": 8000 * 32 / 25_000,  # 8000 steps of 32 on IMDb's 25k training reviews
     "weight_decay": 0.1,  # LRA config: weight_decay=1e-1
+    "param_groups": (),  # LRA train: Adam's weight decay on every parameter, norms and biases too
+    "b2": 0.98,  # LRA train: Adam(beta1=0.9, beta2=0.98, eps=1e-9); eps stays optax's 1e-8 here
     # LRA pools a CLS token (classifier_pool="CLS"); here the masked mean shared by every model.
     # LRA config: max_length=1000; here the task's L, the same for every model.
 }

@@ -125,8 +125,10 @@ class ModelConfig:
   attention_dim: int | None = None
   # S5 (mixer="s5"; S5 paper Sec. 3 and its LRA release): state size P before conjugate
   # symmetry, J HiPPO-N blocks, conjugate symmetry (P/2 complex states), Re Λ clipped to ≤ −1e-4,
-  # the init of C (`lion_jax.s5.C_INITS`), one Δ per layer instead of per state (dt_global),
-  # and the scan: "associative" (S5's) or "linear" (`lax.scan`). dt_min/dt_max set log Δ's range.
+  # the init of C (`lion_jax.s5.C_INITS`), one Δ per layer instead of per state (dt_global: not
+  # the S5 release's --dt_global, which keeps one Δ per state and only trains log Δ at the global
+  # learning rate, `configs.common.s5_param_groups`; no config here sets it), and the scan:
+  # "associative" (S5's) or "linear" (`lax.scan`). dt_min/dt_max set log Δ's range.
   ssm_size: int = 256
   ssm_blocks: int = 8
   conj_sym: bool = True

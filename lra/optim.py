@@ -8,6 +8,7 @@ gets exactly one group. The groups are
   default          learning_rate, weight_decay
   no_weight_decay  learning_rate, no weight decay (norms, biases)
   decay            decay_learning_rate (or learning_rate), no weight decay (λ parameters)
+  decay_weight_decay  decay_learning_rate, weight_decay (S5's B under its BandCdecay option)
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from collections.abc import Sequence
 import jax
 import optax
 
-GROUPS = ("default", "no_weight_decay", "decay")
+GROUPS = ("default", "no_weight_decay", "decay", "decay_weight_decay")
 
 
 def path_name(path: Sequence) -> str:
@@ -107,7 +108,8 @@ def make_optimizer(config, total_steps: int, steps_per_epoch: int) -> optax.Grad
   tx = optax.multi_transform(
       {"default": adamw(config.learning_rate, config.weight_decay),
        "no_weight_decay": adamw(config.learning_rate, 0.0),
-       "decay": adamw(decay_lr, 0.0)},
+       "decay": adamw(decay_lr, 0.0),
+       "decay_weight_decay": adamw(decay_lr, config.weight_decay)},
       lambda params: label_params(params, param_groups))
   if config.grad_clip_norm > 0:
     tx = optax.chain(optax.clip_by_global_norm(config.grad_clip_norm), tx)

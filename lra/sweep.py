@@ -21,8 +21,8 @@ number beside each; `configs/ablations.PAPER`) and `results.png` (bars per task)
 data first with `--prepare-only`: parallel jobs must not generate the same data set at once).
 Variant groups: `table3`, `table6`, `table7`, `selective`, `hippo_vs_random`, `snake`
 (`configs/ablations.GROUPS`) and `all`. The snake variants (LION♮) run on the image tasks only,
-the baselines (`s5`, `transformer`) on the tasks whose config lists them (all but Path-X); other
-tasks skip them.
+the baselines (`s5`, `transformer`) on the tasks whose config lists them (every task; Path-X has
+`s5` only, Table 7's Transformer fails there); other tasks skip them.
 """
 
 from __future__ import annotations
@@ -287,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
   if not runs:
     raise SystemExit(f"sweep: no task of --tasks {args.tasks} has any of the variants "
                      f"{', '.join(variants)}; snake variants need image, pathfinder or pathx, and "
-                     "Path-X has no baselines")
+                     "Path-X has no transformer")
   if args.list:
     for run in runs:
       if status(run) != "done":

@@ -239,6 +239,20 @@ def test_every_baseline_config_builds_a_valid_model_config(variant, mixer, task)
   assert train.check_config(config).mixer == mixer
 
 
+def test_pathx_has_s5_with_the_release_script_and_no_transformer():
+  """run_lra_pathx.sh: complex-normal C, Δ from 1e-4, BandCdecay at ssm_lr 6e-4 and lr 3 × 6e-4;
+  Table 7 has no Transformer number on Path-X (✗), so no such variant."""
+  pathx = importlib.import_module("configs.pathx")
+  config = pathx.get_config("s5")
+  model = train.check_config(config)
+  assert (model.mixer, model.c_init, model.dt_min, model.ssm_blocks) == ("s5", "complex_normal",
+                                                                         1e-4, 16)
+  assert (config.learning_rate, config.decay_learning_rate) == (1.8e-3, 6e-4)
+  assert [tuple(e) for e in config.param_groups] == list(common.S5_PARAM_GROUPS["BandCdecay"])
+  with pytest.raises(ValueError, match="unknown variant 'transformer'"):
+    pathx.get_config("transformer")
+
+
 @pytest.mark.parametrize("variant,mixer", [("s5", "s5"), ("transformer", "softmax")])
 def test_listops_baseline_configs_are_valid_and_reject_eval_form(variant, mixer):
   config = listops_config.get_config(variant)
@@ -254,18 +268,44 @@ def test_a_form_asked_of_a_baseline_at_call_time_is_an_error():
     model(jnp.ones((1, 4), jnp.int32), jnp.array([4]), form="rnn")
 
 
-@pytest.mark.parametrize("opt_config,ssm_lr_names", [
-    ("BfastandCdecay", {"lambda_re", "lambda_im", "log_step"}),
-    ("standard", {"lambda_re", "lambda_im", "log_step", "b_re", "b_im"}),
+_SSM = {"lambda_re", "lambda_im", "log_step", "b_re", "b_im", "c_re", "c_im", "d"}
+
+
+@pytest.mark.parametrize("opt_config,dt_global,ssm_lr,ssm_lr_weight_decay", [
+    ("standard", False, {"lambda_re", "lambda_im", "log_step", "b_re", "b_im"}, set()),
+    ("standard", True, {"lambda_re", "lambda_im", "b_re", "b_im"}, set()),
+    ("BandCdecay", False, {"lambda_re", "lambda_im", "log_step"}, {"b_re", "b_im"}),
+    ("BfastandCdecay", False, {"lambda_re", "lambda_im", "log_step"}, set()),
+    ("noBCdecay", False, _SSM, set()),
+    ("noBCdecay", True, _SSM - {"log_step"}, set()),
 ])
-def test_s5_param_groups_follow_the_release_opt_config(opt_config, ssm_lr_names):
-  """S5's ssm_lr group (`decay` here: decay_learning_rate, no weight decay) holds the listed SSM
-  parameters and the norms; C, D and everything else train at the learning rate."""
+def test_s5_param_groups_follow_the_release_opt_config(opt_config, dt_global, ssm_lr,
+                                                       ssm_lr_weight_decay):
+  """The S5 release's train_helpers.py: its "ssm" labels (`decay`: decay_learning_rate, no weight
+  decay), BandCdecay's "none" (B: decay_learning_rate with weight decay) and "regular" for every
+  other parameter, norms and biases included (`default`: learning rate, weight decay)."""
   model = LraClassifier(ModelConfig(**S5_TINY), num_classes=3, vocab_size=8, rngs=nnx.Rngs(0))
-  table = optim.group_table(nnx.state(model, nnx.Param), common.S5_PARAM_GROUPS[opt_config])
-  mixer = {name.rsplit("/", 1)[1] for name in table["decay"] if "/mixer/" in name}
-  assert mixer == ssm_lr_names
-  assert all("/mixer/" in name or "/norm/" in name for name in table["decay"])
-  assert any("/norm/" in name for name in table["decay"])
-  assert {name.rsplit("/", 1)[1] for name in table["default"] if "/mixer/" in name} == (
-      {"lambda_re", "lambda_im", "log_step", "b_re", "b_im", "c_re", "c_im", "d"} - ssm_lr_names)
+  table = optim.group_table(nnx.state(model, nnx.Param),
+                            common.s5_param_groups(opt_config, dt_global=dt_global))
+  leaf = lambda names: {name.rsplit("/", 1)[1] for name in names if "/mixer/" in name}
+  assert all("/mixer/" in name for name in table["decay"] + table["decay_weight_decay"])
+  assert leaf(table["decay"]) == ssm_lr
+  assert leaf(table["decay_weight_decay"]) == ssm_lr_weight_decay
+  assert leaf(table["default"]) == _SSM - ssm_lr - ssm_lr_weight_decay
+  assert not table["no_weight_decay"]
+  assert any("/norm/" in name for name in table["default"])
+  if not dt_global:
+    assert common.S5_PARAM_GROUPS[opt_config] == common.s5_param_groups(opt_config)
+
+
+def test_decay_weight_decay_group_takes_the_decay_rate_and_weight_decay():
+  """Zero gradients move only weight-decayed parameters, by lr · weight_decay."""
+  config = listops_config.get_config("s5,runlocal")
+  config.update(learning_rate=0.1, decay_learning_rate=0.01, weight_decay=0.5, warmup_epochs=0.0,
+                param_groups=common.S5_PARAM_GROUPS["BandCdecay"])
+  params = {"mixer": {"b_re": jnp.ones(3), "lambda_re": jnp.ones(3), "c_re": jnp.ones(3)}}
+  tx = optim.make_optimizer(config, total_steps=1000, steps_per_epoch=10)
+  updates, _ = tx.update(jax.tree.map(jnp.zeros_like, params), tx.init(params), params)
+  np.testing.assert_allclose(updates["mixer"]["b_re"], -0.01 * 0.5, rtol=1e-6)
+  np.testing.assert_allclose(updates["mixer"]["c_re"], -0.1 * 0.5, rtol=1e-6)
+  assert not updates["mixer"]["lambda_re"].any()

@@ -255,12 +255,12 @@ def test_snake_variants_run_on_image_tasks_only_and_have_no_paper_number(tmp_pat
 
 def test_table7_runs_the_baselines_where_the_task_has_them_and_prints_parameter_counts(tmp_path):
   """`table7`: Transformer and S5 in the same sweep as LION, with the paper's Table 7 numbers;
-  Path-X lists no baselines, so it runs only the LION rows; every run's size is tabulated."""
+  Path-X lists S5 but no Transformer (Table 7: it fails there); every run's size is tabulated."""
   assert sweep.expand_variants("table7") == ["transformer", "s5", "lion_lit", "lion_d", "lion_s"]
   runs = sweep.plan(["listops", "pathx"], sweep.expand_variants("table7"), [0], tmp_path,
                     flags=("cpu",))
   assert [(r.task, r.variant) for r in runs if r.task == "pathx"] == [
-      ("pathx", "lion_lit"), ("pathx", "lion_d"), ("pathx", "lion_s")]
+      ("pathx", "s5"), ("pathx", "lion_lit"), ("pathx", "lion_d"), ("pathx", "lion_s")]
   assert runs[0].command[2].endswith("configs/listops.py:transformer,cpu")
 
   root = tmp_path / "sw"
