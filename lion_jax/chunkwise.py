@@ -22,8 +22,8 @@ e^{F_r − R} · e^{R − F_c} = e^{F_r − F_c}, and the block is two matmuls w
 Steeper chunks are halved until their sub-chunks of S = C/2^J tokens span at most 2W (down to
 S = 8, i.e. per-token log λ ≥ −10): the sub-chunks' blocks are factored and each halving couples
 its two halves through the boundary between them, with factors ≤ 1 (`_halving_block`); exact
-[S, S, E] masks, one chunk at a time, only beyond that. One `lax.switch` per call picks the
-same-chunk block; the scores, chunk states and read-out around it are common to all branches.
+[S, S, E] masks, one chunk at a time, only beyond that. One `lax.cond` per call picks the
+factored kernel or the other, inside which a `lax.switch` picks the same-chunk block.
 
 Unlike running a causal kernel on the sequence and on its flip (`lion_jax.recurrent`), this
 computes each C×C score block once and never flips the sequence, and it works heads-first
@@ -101,19 +101,19 @@ def bidirectional_chunk_scan(q, k, u, forward_gate, log_decay, chunk_size: int =
     return unchunk(out), unchunk(key_sums) if with_key_sums else None
   # Vector decays: the factored block needs every chunk's log-decays to span at most 2W. Where
   # C is too long for that, sub-chunks of C/2, C/4, ... (≥ VECTOR_SUBCHUNK) may still be within
-  # it (`_halving_block`); exact masks only where even those are not. One `switch` for the whole
-  # call, around the same-chunk block only: the scores, chunk states and read-out are shared by
-  # all branches and fuse as in an unconditional kernel (a switch around the whole kernel was
-  # 7–10% slower and took 50 MB more for fwd+bwd at L = 4K, B = 2, H = 4, E = 64).
+  # it (`_halving_block`); exact masks only where even those are not. One `cond` for the whole
+  # kernel between the factored block and the rest, so that the fast branch fuses as freely as
+  # an unconditional kernel would; inside the other, one `switch` picks the same-chunk block (a
+  # `switch` over whole kernels took 90 MB more; one around the block only, for all branches,
+  # made the factored path 13% slower in a LION-S vector layer, fwd+bwd at L = 4K, B = 2).
   sizes = vector_chunk_sizes(chunk)
   level = vector_level(*padded[3:], sizes, factored_exponent_limit(u.dtype))
-  blocks = ([_factored_block]
-            + [lambda *operands, depth=depth: _halving_block(*operands, depth)
-               for depth in range(1, len(sizes))]
-            + [_exact_vector_block])
-  branches = [lambda *operands, block=block: block(*operands)[0] for block in blocks]
-  same_chunk = lambda *operands: (jax.lax.switch(level, branches, *operands), None)
-  out, _ = _chunk_kernel(*chunked, same_chunk, entering_states)
+  steep_blocks = ([lambda *operands, depth=depth: _halving_block(*operands, depth)
+                   for depth in range(1, len(sizes))] + [_exact_vector_block])
+  steep_branches = [lambda *operands, block=block: block(*operands)[0] for block in steep_blocks]
+  steep_block = lambda *operands: (jax.lax.switch(level - 1, steep_branches, *operands), None)
+  kernel = lambda block: lambda *operands: _chunk_kernel(*operands, block, entering_states)[0]
+  out = jax.lax.cond(level == 0, kernel(_factored_block), kernel(steep_block), *chunked)
   return unchunk(out), None
 
 
@@ -155,7 +155,7 @@ def vector_level(forward_gate, log_decay, sizes, limit):
 
 
 # Rematerialised as a whole: what it saves for the backward pass is then its inputs, whose shapes
-# the factored branch's residuals already have (JAX pools a `switch`'s residuals by shape across
+# the factored branch's residuals already have (JAX pools a `cond`'s residuals by shape across
 # branches and zero-fills the slots the taken branch does not use). Saving its matmuls' results
 # instead was 9% slower and took 50 MB more (fwd+bwd at L = 4K, B = 2, H = 4, E = 64).
 @functools.partial(jax.checkpoint, static_argnums=(4,))
@@ -404,7 +404,7 @@ def _bounded_exp(limit):
   """x ↦ e^{clip(x, −limit, limit)}, differentiated as if unclipped (d/dx = the value).
 
   The clip is a no-op wherever the factored branch is taken; it keeps the untaken branch
-  finite (and its zero cotangents NaN-free) where `switch` lowers to `select` under `vmap`.
+  finite (and its zero cotangents NaN-free) where `cond` lowers to `select` under `vmap`.
   Differentiating the clip itself would add a select-and-divide pass per factor (10% of a
   vector layer's forward+backward on XLA:CPU).
   """
@@ -424,10 +424,10 @@ def _exact_vector_block(scores, u, fwd, bwd):
   """The vector-decay fallback: exact masks (sub-chunked when C allows), one chunk at a time.
 
   Mapping over chunks with each step rematerialised keeps the working set at one chunk's
-  masks, forward and backward; XLA gives a `switch` branch buffers of its own, so a batched
+  masks, forward and backward; XLA gives a `cond` branch buffers of its own, so a batched
   fallback would cost its full size in memory even when the fast branch runs. The whole map is
   rematerialised too, so that what it saves for the backward pass is its four inputs in their
-  [B, H, N, C, X] shapes: JAX pools a `switch`'s residuals by shape across branches and zero-fills
+  [B, H, N, C, X] shapes: JAX pools a `cond`'s residuals by shape across branches and zero-fills
   the slots the taken branch does not use, and these shapes are ones the factored branch
   already fills (the chunks-first slices `lax.map` would save are not; zero-filling them cost
   ~5% of a vector layer's forward+backward).
