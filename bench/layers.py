@@ -15,7 +15,8 @@ All cases of one L are timed interleaved in one process; ratios are what to read
 `--fallback` times only the LION-S vector layer, once per branch of `chunk_scan`'s vector-decay
 kernel: HiPPO-initialised decays (log λ ∈ [−0.05, −0.0005]: the factored block), randomly
 initialised ones (λ = σ(N(0, 1)), the "w/o HiPPO" init: too steep for C = 64, so the halving
-block), and the same random decays forced into the exact-mask branch (the only fallback before
+block, to S = 16), the same with every log λ doubled (to S = 8), and the random decays forced
+into the exact-mask branch (the only fallback before
 the halving block existed); the forced branch keeps its runtime `switch`, so all three pay the
 same branch overhead. Prints each case's branch and its time relative to the factored path.
 
@@ -73,14 +74,19 @@ def make_layers(args):
 def make_fallback_layers(args):
   """name -> (module factory, info, forced branch or None): the LION-S vector layer per branch."""
   layers = {}
-  for name, init, forced in (("LION-S vector, HiPPO init", "hippo", None),
-                             ("LION-S vector, random init", "random", None),
-                             ("LION-S vector, random init, exact masks", "random", "exact")):
+  # A selective gate bias of +8 makes 2σ(z) ≈ 2 at init: every log λ twice the base one, so the
+  # random init's steepest channels (log λ ≈ −6) need the deepest halving (S = 8 at C = 64).
+  for name, init, bias, forced in (
+      ("LION-S vector, HiPPO init", "hippo", None, None),
+      ("LION-S vector, random init", "random", None, None),
+      ("LION-S vector, random init, gate bias +8", "random", 8.0, None),
+      ("LION-S vector, random init, exact masks", "random", None, "exact")):
     cfg = dataclasses.replace(lion_config("LION-S", args.d_model, args.heads, args.chunk, "vector"),
-                              decay_init=init)
+                              decay_init=init, selective_bias_init=bias)
     layers[name] = (lambda cfg=cfg: LionMixer(cfg, rngs=nnx.Rngs(0)),
                     dict(family="lion", variant="LION-S", decay_shape="vector", form="chunk_scan",
-                         chunk_size=args.chunk, decay_init=init, forced_branch=forced))
+                         chunk_size=args.chunk, decay_init=init, selective_bias_init=bias,
+                         forced_branch=forced))
   return layers
 
 

@@ -240,6 +240,23 @@ BRANCH_SPANS = {"factored": (2 * W - 0.5, "_factored_block", 0),
                 "exact": (4 * W + 1.0, "_exact_vector_block", 2)}
 
 
+def test_vector_level_picks_the_coarsest_chunk_length_whose_every_chunk_spans_at_most_2W():
+  """One steep chunk and channel decides for the whole call (2W = 80 here); NaN takes the exact
+  masks."""
+  assert chunkwise.vector_chunk_sizes(64) == (64, 32, 16, 8)
+  assert chunkwise.vector_chunk_sizes(37) == (37,)
+  assert chunkwise.vector_chunk_sizes(12) == (12,)
+  sizes = chunkwise.vector_chunk_sizes(64)
+  gates = np.full((1, 128, 1, 2), -0.01)
+  for per_token, level in [(-1.2, 0), (-2.4, 1), (-4.9, 2), (-9.9, 3), (-10.1, 4)]:
+    steep = gates.copy()
+    steep[0, 64:, 0, 1] = per_token  # one channel of the second chunk: spans S·|per_token|
+    assert chunkwise.vector_level(steep, gates, sizes, 40.0) == level, per_token
+  nan = gates.copy()
+  nan[0, 5, 0, 0] = np.nan
+  assert chunkwise.vector_level(gates, nan, sizes, W) == len(sizes)
+
+
 @pytest.mark.parametrize("normalize", ["after", "none"])
 @pytest.mark.parametrize("branch", list(BRANCH_SPANS))
 def test_vector_chunk_scan_is_exact_on_both_sides_of_each_branch_range(branch, normalize):
