@@ -2,6 +2,7 @@
 
   .venv/bin/python bench/layers.py            # L ∈ {1K, 4K, 16K}
   .venv/bin/python bench/layers.py --quick    # L = 1K
+  .venv/bin/python bench/layers.py --fallback --lengths 4k   # vector-decay branches of chunk_scan
 
 Every layer maps [B, L, d_model] -> [B, L, d_model] with its projections (q/k/v/o, or S5's
 B/C/D): `lion_jax.LionMixer` at d_model 128 with 4 heads (d_head 32) in form chunk_scan (C=64);
@@ -11,12 +12,21 @@ conjugate symmetry: S5's Path-X/AAN configuration), with S5's associative scan a
 `lax.scan`. "fwd+bwd" is the gradient of a scalar loss w.r.t. all parameters and the input.
 All cases of one L are timed interleaved in one process; ratios are what to read.
 
+`--fallback` times only the LION-S vector layer, once per branch of `chunk_scan`'s vector-decay
+kernel: HiPPO-initialised decays (log λ ∈ [−0.05, −0.0005]: the factored block), randomly
+initialised ones (λ = σ(N(0, 1)), the "w/o HiPPO" init: too steep for C = 64, so the halving
+block, to S = 16), the same with every log λ doubled (to S = 8), and the random decays forced
+into the exact-mask branch (the only fallback before
+the halving block existed); the forced branch keeps its runtime `switch`, so all three pay the
+same branch overhead. Prints each case's branch and its time relative to the factored path.
+
 Writes layers.json and layers.png to bench/results/ (git-ignored; `--publish`: docs/bench/).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import pathlib
 import sys
 
@@ -28,7 +38,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 import harness  # noqa: E402
-from lion_jax import LionMixer, ModelConfig  # noqa: E402
+from lion_jax import LionMixer, ModelConfig, chunkwise  # noqa: E402
 from lion_jax.s5 import S5Mixer  # noqa: E402
 from lion_jax.softmax import SoftmaxMixer  # noqa: E402
 
@@ -61,12 +71,61 @@ def make_layers(args):
   return layers
 
 
+def make_fallback_layers(args):
+  """name -> (module factory, info, forced branch or None): the LION-S vector layer per branch."""
+  layers = {}
+  # A selective gate bias of +8 makes 2σ(z) ≈ 2 at init: every log λ twice the base one, so the
+  # random init's steepest channels (log λ ≈ −6) need the deepest halving (S = 8 at C = 64).
+  for name, init, bias, forced in (
+      ("LION-S vector, HiPPO init", "hippo", None, None),
+      ("LION-S vector, random init", "random", None, None),
+      ("LION-S vector, random init, gate bias +8", "random", 8.0, None),
+      ("LION-S vector, random init, exact masks", "random", None, "exact")):
+    cfg = dataclasses.replace(lion_config("LION-S", args.d_model, args.heads, args.chunk, "vector"),
+                              decay_init=init, selective_bias_init=bias)
+    layers[name] = (lambda cfg=cfg: LionMixer(cfg, rngs=nnx.Rngs(0)),
+                    dict(family="lion", variant="LION-S", decay_shape="vector", form="chunk_scan",
+                         chunk_size=args.chunk, decay_init=init, selective_bias_init=bias,
+                         forced_branch=forced))
+  return layers
+
+
+def forcing_exact_masks(fn):
+  """`fn`, traced with `chunkwise.vector_level` always picking the exact masks, at run time (a
+  traced index, so the `switch` and its overhead stay as they are)."""
+  def traced(*operands):
+    real = chunkwise.vector_level
+    chunkwise.vector_level = lambda *args: jnp.maximum(real(*args), len(args[2]))
+    try:
+      return fn(*operands)
+    finally:
+      chunkwise.vector_level = real
+  return traced
+
+
+def branch_taken(factory, x, chunk):
+  """The vector-decay branch a layer's decays take at input x: (index, name)."""
+  mixer = factory()
+  log_decay, = mixer.scan_log_decays(x)  # [B, L, H, G]
+  sizes = chunkwise.vector_chunk_sizes(chunk)
+  padded = jnp.pad(log_decay, [(0, 0), (0, -log_decay.shape[1] % chunk), (0, 0), (0, 0)])
+  # The code convention's forward gate is log λ shifted by one: the same per-chunk sums but for
+  # the chunk edges, so log λ's sums decide the branch here.
+  level = int(chunkwise.vector_level(padded, padded, sizes,
+                                     chunkwise.factored_exponent_limit(jnp.float32)))
+  names = [f"factored C={sizes[0]}"] + [f"halving to S={s}" for s in sizes[1:]] + ["exact masks"]
+  return level, names[level]
+
+
 def build_cases(length, layers, passes, args):
   key = jax.random.split(jax.random.PRNGKey(length), 2)
   x = jax.random.normal(key[0], (args.batch, length, args.d_model))
   cotangent = jax.random.normal(key[1], x.shape)
   cases = []
   for name, (factory, info) in layers.items():
+    if args.fallback:
+      info = dict(info, branch=(branch_taken(factory, x, args.chunk)[1]
+                                if info["forced_branch"] is None else "exact masks"))
     graphdef, params = nnx.split(factory())
 
     def forward(params, x, cotangent, graphdef=graphdef):
@@ -78,6 +137,8 @@ def build_cases(length, layers, passes, args):
 
     for kind in passes:
       fn = jax.grad(loss, argnums=(0, 1)) if kind == "fwd+bwd" else forward
+      if info.get("forced_branch") == "exact":
+        fn = forcing_exact_masks(fn)
       cases.append(harness.Case(
           f"L={length} {name} {kind}", fn, (params, x, cotangent),
           info=dict(length=length, layer=name, pass_=kind, batch=args.batch, d_model=args.d_model,
@@ -107,6 +168,27 @@ def plot(records, lengths, names, path):
   print(f"wrote {path}")
 
 
+def report_fallback(records, lengths, passes, layers, name, out_dir):
+  """Each branch's time relative to the factored path (the HiPPO-initialised layer)."""
+  rows = []
+  factored = next(iter(layers))
+  for kind in passes:
+    for length in lengths:
+      base = harness.find(records, length=length, layer=factored, pass_=kind)
+      for layer in layers:
+        r = harness.find(records, length=length, layer=layer, pass_=kind)
+        if not (r and base and "median_s" in r and "median_s" in base):
+          continue
+        rows.append([kind, length, layer, r["branch"], harness.fmt_ms(r["median_s"]),
+                     f"{r['median_s'] / base['median_s']:.2f}x",
+                     f"{r['min_s'] / base['min_s']:.2f}x",
+                     harness.fmt_bytes(r.get("temp_plus_output_bytes"))])
+  print("\nvector-decay branches against the factored path\n" + harness.markdown_table(
+      ["pass", "L", "layer", "branch", "median ms", "ratio (median)", "ratio (min)", "memory"],
+      rows))
+  harness.write_json(name, records, out_dir)
+
+
 def main(argv=None):
   p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   harness.add_common_args(p)
@@ -120,13 +202,15 @@ def main(argv=None):
   p.add_argument("--ssm-size", type=int, default=256)
   p.add_argument("--ssm-blocks", type=int, default=16)
   p.add_argument("--s5-methods", default="associative,linear")
+  p.add_argument("--fallback", action="store_true",
+                 help="only the LION-S vector layer, once per vector-decay branch of chunk_scan")
   args = p.parse_args(argv)
   lengths = harness.lengths_from_args(args, quick=[1024], full=[1024, 4096, 16384])
   passes = [x for x in args.passes.split(",") if x]
   if args.quick and args.passes == "fwd+bwd,fwd":
     passes = ["fwd+bwd"]
-  out_dir, name = harness.output_path(args, "layers")
-  layers = make_layers(args)
+  out_dir, name = harness.output_path(args, "layers_fallback" if args.fallback else "layers")
+  layers = make_fallback_layers(args) if args.fallback else make_layers(args)
 
   records = []
   for length in lengths:
@@ -148,6 +232,9 @@ def main(argv=None):
     tables.append(f"### {kind} (median ms; compiled temp+output)\n\n" + harness.markdown_table(
         ["layer"] + [f"L={l} ms" for l in lengths] + [f"mem L={l}" for l in lengths], rows))
   print("\n" + "\n\n".join(tables))
+  if args.fallback:
+    report_fallback(records, lengths, passes, layers, name, out_dir)
+    return
 
   # Ratios: other / LION (>1 means LION is faster), fwd+bwd.
   ratio_rows, checks = [], []

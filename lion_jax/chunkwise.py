@@ -18,9 +18,12 @@ is ≤ 0: stable in float32 at any L. Work O(L·C·(K+E) + L·K·E), memory O(L�
 With one decay per carried channel (vector decays) the same-chunk mask differs per channel.
 When every chunk's log-decays span at most 2W (`factored_exponent_limit`: 80 in float32, e.g.
 per-token log λ ≥ −1.25 at C = 64), each triangle factors through a per-chunk middle R,
-e^{F_r − F_c} = e^{F_r − R} · e^{R − F_c}, and the block is two matmuls with O(C·E) scaling;
-otherwise exact [C, C, E] masks are used, one chunk at a time. A single `lax.cond` picks the
-branch for the whole call, so each branch fuses as an unconditional kernel would.
+e^{F_r − R} · e^{R − F_c} = e^{F_r − F_c}, and the block is two matmuls with O(C·E) scaling.
+Steeper chunks are halved until their sub-chunks of S = C/2^J tokens span at most 2W (down to
+S = 8, i.e. per-token log λ ≥ −10): the sub-chunks' blocks are factored and each halving couples
+its two halves through the boundary between them, with factors ≤ 1 (`_halving_block`); exact
+[S, S, E] masks, one chunk at a time, only beyond that. One `lax.cond` per call picks the
+factored kernel or the other, inside which a `lax.switch` picks the same-chunk block.
 
 Unlike running a causal kernel on the sequence and on its flip (`lion_jax.recurrent`), this
 computes each C×C score block once and never flips the sequence, and it works heads-first
@@ -39,8 +42,9 @@ import jax.numpy as jnp
 
 from lion_jax.options import check_choice
 
-# The exact fallback for vector decays splits a chunk into sub-chunks of this size: only the
-# diagonal sub-blocks get [S, S, E] masks, the rest goes through matmuls.
+# The shortest sub-chunk the vector-decay kernel halves chunks down to; the exact fallback splits
+# a chunk into sub-chunks of this size too: only the diagonal sub-blocks get [S, S, E] masks, the
+# rest goes through matmuls.
 VECTOR_SUBCHUNK = 8
 
 
@@ -95,16 +99,106 @@ def bidirectional_chunk_scan(q, k, u, forward_gate, log_decay, chunk_size: int =
   if groups == 1:
     out, key_sums = _chunk_kernel(*chunked, _scalar_block, entering_states)
     return unchunk(out), unchunk(key_sums) if with_key_sums else None
-  # Vector decays: the factored block needs every chunk's log-decays to span at most 2W, and
-  # Σ_t |gate_t| over a chunk bounds that span. One `cond` for the whole kernel, so that each
-  # branch fuses as freely as an unconditional kernel would.
-  limit = factored_exponent_limit(u.dtype)
-  span = jnp.maximum(*(jnp.abs(in_chunks(x)).sum(-2) for x in padded[3:]))  # [B, N, H·G]
+  # Vector decays: the factored block needs every chunk's log-decays to span at most 2W. Where
+  # C is too long for that, sub-chunks of C/2, C/4, ... (≥ VECTOR_SUBCHUNK) may still be within
+  # it (`_halving_block`); exact masks only where even those are not. One `cond` for the whole
+  # kernel between the factored block and the rest, so that the fast branch fuses as freely as
+  # an unconditional kernel would; inside the other, one `switch` picks the same-chunk block (a
+  # `switch` over whole kernels took 90 MB more; one around the block only, for all branches,
+  # made the factored path 13% slower in a LION-S vector layer, fwd+bwd at L = 4K, B = 2).
+  sizes = vector_chunk_sizes(chunk)
+  level = vector_level(*padded[3:], sizes, factored_exponent_limit(u.dtype))
+  steep_blocks = ([lambda *operands, depth=depth: _halving_block(*operands, depth)
+                   for depth in range(1, len(sizes))] + [_exact_vector_block])
+  steep_branches = [lambda *operands, block=block: block(*operands)[0] for block in steep_blocks]
+  steep_block = lambda *operands: (jax.lax.switch(level - 1, steep_branches, *operands), None)
   kernel = lambda block: lambda *operands: _chunk_kernel(*operands, block, entering_states)[0]
-  # NaN or ∞ spans fail the test and take the exact branch.
-  out = jax.lax.cond(jnp.max(span) <= 2 * limit, kernel(_factored_block),
-                     kernel(_exact_vector_block), *chunked)
+  out = jax.lax.cond(level == 0, kernel(_factored_block), kernel(steep_block), *chunked)
   return unchunk(out), None
+
+
+def vector_chunk_sizes(chunk: int) -> tuple[int, ...]:
+  """The chunk lengths the vector-decay kernel may factor at: C, then C/2, C/4, ... while they
+  are whole and at least `VECTOR_SUBCHUNK`, coarsest first."""
+  sizes = [chunk]
+  while sizes[-1] % 2 == 0 and sizes[-1] // 2 >= VECTOR_SUBCHUNK:
+    sizes.append(sizes[-1] // 2)
+  return tuple(sizes)
+
+
+def vector_level(forward_gate, log_decay, sizes, limit):
+  """Which branch of the vector-decay kernel is exact: the coarsest factorable chunk length.
+
+  A chunk's log-decays span at most Σ_t |gate_t| over it, for either gate; the factored block
+  is exact while that is ≤ 2W (W = `limit`) in every chunk and channel.
+
+  Args:
+    forward_gate, log_decay: [B, L', H, G] log-gates, L' a multiple of every size.
+    sizes: chunk lengths, coarsest first, each dividing the one before (`vector_chunk_sizes`).
+    limit: W.
+
+  Returns:
+    int32 scalar: the index into `sizes` of the first length whose every chunk spans ≤ 2W,
+    or len(sizes) (the exact masks) if none does. NaN or ∞ spans fail every test.
+  """
+  batch, length, heads, groups = log_decay.shape
+  finest = sizes[-1]
+  # [B, L'/S, H·G] per-chunk sums of |gate| at the finest size, both gates at once.
+  sums = jnp.maximum(*(jnp.abs(x).reshape(batch, length // finest, finest, heads * groups)
+                       .sum(2) for x in (forward_gate, log_decay)))
+  fits = [jnp.max(sums) <= 2 * limit]
+  for finer, size in zip(sizes[::-1], sizes[-2::-1]):  # coarser sums add up neighbouring ones
+    sums = sums.reshape(batch, -1, size // finer, heads * groups).sum(2)
+    fits.append(jnp.max(sums) <= 2 * limit)
+  fits = jnp.stack(fits[::-1])  # [len(sizes)], coarsest first
+  return jnp.where(jnp.any(fits), jnp.argmax(fits), len(sizes)).astype(jnp.int32)
+
+
+# Rematerialised as a whole: what it saves for the backward pass is then its inputs, whose shapes
+# the factored branch's residuals already have (JAX pools a `cond`'s residuals by shape across
+# branches and zero-fills the slots the taken branch does not use). Saving its matmuls' results
+# instead was 9% slower and took 50 MB more (fwd+bwd at L = 4K, B = 2, H = 4, E = 64).
+@functools.partial(jax.checkpoint, static_argnums=(4,))
+def _halving_block(scores, u, fwd, bwd, depth):
+  """Same-chunk outputs for chunks too steep to factor whole: halve until the halves factor.
+
+  The chunk is cut in halves `depth` times, into 2^depth sub-chunks of S = C/2^depth tokens.
+  Each S×S diagonal block is factored through its own middle (`_factored_products`: exact while
+  every sub-chunk spans ≤ 2W). At every level of halving, a block of D tokens couples its two
+  halves through the last token m of the first half, with both factors ≤ 1:
+    rows of the second half, keys of the first:  e^{F_r − F_c} = e^{F_r − F_m} · e^{F_m − F_c}
+    rows of the first half, keys of the second:  e^{A_c − A_r} = e^{A_c − A_m} · e^{A_m − A_r}
+  so each is one matmul of a (D/2)×(D/2) score block. All blocks together cover the chunk's
+  C×C mask exactly once.
+
+  Args:
+    scores: [B, H, N, C, C] q_r·k_c.
+    u: [B, H, N, C, E] carried values.
+    fwd, bwd: [B, H, N, C, E] chunk-local inclusive cumsums F and A.
+    depth: J ≥ 1, with 2^J dividing C.
+
+  Returns:
+    [B, H, N, C, E] same-chunk outputs, and None.
+  """
+  batch, heads, num_chunks, chunk, channels = u.shape
+  leaves = 1 << depth
+  leaf = chunk // leaves
+  as_leaves = lambda x: x.reshape(batch, heads, num_chunks * leaves, leaf, x.shape[-1])
+  own = _diagonal_blocks(scores, leaf).reshape(batch, heads, num_chunks * leaves, leaf, leaf)
+  out = _factored_products(own, as_leaves(u), as_leaves(fwd), as_leaves(bwd))[0].reshape(u.shape)
+  for level in range(depth):
+    blocks, half = 1 << level, chunk >> (level + 1)
+    pair = _diagonal_blocks(scores, 2 * half)  # [B, H, N, blocks, 2·half(r), 2·half(c)]
+    halves = lambda x: x.reshape(batch, heads, num_chunks, blocks, 2, half, channels)
+    f, a, v = halves(fwd), halves(bwd), halves(u)  # [B, H, N, blocks, 2, half, E]
+    f_mid, a_mid = f[..., 0, -1:, :], a[..., 0, -1:, :]  # [B, H, N, blocks, 1, E]
+    lower = jnp.einsum("bhnprc,bhnpce->bhnpre", pair[..., half:, :half],
+                       jnp.exp(f_mid - f[..., 0, :, :]) * v[..., 0, :, :])
+    upper = jnp.einsum("bhnprc,bhnpce->bhnpre", pair[..., :half, half:],
+                       jnp.exp(a[..., 1, :, :] - a_mid) * v[..., 1, :, :])
+    out = out + jnp.stack([upper * jnp.exp(a_mid - a[..., 0, :, :]),
+                           lower * jnp.exp(f[..., 1, :, :] - f_mid)], axis=-3).reshape(u.shape)
+  return out, None
 
 
 def _chunk_kernel(q, k, u, fwd, bwd, intra_block, entering_states):
@@ -263,10 +357,7 @@ def factored_exponent_limit(dtype) -> float:
   return 0.45 * math.log(float(jnp.finfo(dtype).max))
 
 
-# Saving only the two matmuls' results and recomputing the O(C·E) factors and masks in the
-# backward pass: 55 MB less (382 -> 327 MB) and no slower for a vector layer at L=4K, B=2.
-@functools.partial(jax.checkpoint, policy=jax.checkpoint_policies.dots_saveable)
-def _factored_block(scores, u, fwd, bwd):
+def _factored_products(scores, u, fwd, bwd):
   """Same-chunk outputs through e^{F_r − F_c} = e^{F_r − R} · e^{R − F_c}: one matmul a triangle.
 
   R is the middle of each chunk's range of F per channel (R' likewise for A), so each factor
@@ -300,6 +391,13 @@ def _factored_block(scores, u, fwd, bwd):
   upper = jnp.einsum("bhnrc,bhnce->bhnre", jnp.where(row < col, scores, 0.0), factor(above) * u)
   on_diagonal = _diagonal_blocks(scores, 1)[..., 0] * u  # [B, H, N, C, 1] * [B, H, N, C, E]
   return factor(below) * lower + factor(-above) * upper + on_diagonal, None
+
+
+# The factored branch's block. Saving only the two matmuls' results and recomputing the O(C·E)
+# factors and masks in the backward pass: 55 MB less (382 -> 327 MB) and no slower for a vector
+# layer at L=4K, B=2.
+_factored_block = jax.checkpoint(_factored_products,
+                                 policy=jax.checkpoint_policies.dots_saveable)
 
 
 def _bounded_exp(limit):

@@ -19,8 +19,9 @@ from tests.reference import expand_log_decay, reference_lion, reference_mask
 FORMS = ("attention", "rnn", "scan", "chunk", "chunk_scan")
 DECAY_KINDS = ("lit", "fixed_head", "fixed_channel", "selective", "selective_vector")
 CHUNK = 16  # small, so L = 37 and 96 span several chunks (37 ends in a partial one); vector
-# decays take the factored block unless they are extreme, then the sub-chunked exact masks
-# (C > chunkwise.VECTOR_SUBCHUNK); L = 7 is one short chunk, which takes the plain exact masks
+# decays take the factored block unless they are steep, then the halving block (halves of 8 =
+# chunkwise.VECTOR_SUBCHUNK) or, beyond it, the sub-chunked exact masks; L = 7 is one short
+# chunk, which takes the plain exact masks
 B, H, K, V = 2, 2, 3, 4
 
 
@@ -230,14 +231,43 @@ def _vector_inputs_spanning(span_per_chunk, length=37, seed=11):
   return q, k, v, log_decay, key_mask
 
 
+W = chunkwise.factored_exponent_limit(np.float32)
+# Spans per chunk of CHUNK = 16 on either side of each branch's range: the factored block holds
+# while a chunk spans ≤ 2W, the halving block while each half (8 tokens, half the span) does.
+BRANCH_SPANS = {"factored": (2 * W - 0.5, "_factored_block", 0),
+                "halved_low": (2 * W + 0.5, "_halving_block", 1),
+                "halved_high": (4 * W - 1.0, "_halving_block", 1),
+                "exact": (4 * W + 1.0, "_exact_vector_block", 2)}
+
+
+def test_vector_level_picks_the_coarsest_chunk_length_whose_every_chunk_spans_at_most_2W():
+  """One steep chunk and channel decides for the whole call (2W = 80 here); NaN takes the exact
+  masks."""
+  assert chunkwise.vector_chunk_sizes(64) == (64, 32, 16, 8)
+  assert chunkwise.vector_chunk_sizes(37) == (37,)
+  assert chunkwise.vector_chunk_sizes(12) == (12,)
+  sizes = chunkwise.vector_chunk_sizes(64)
+  gates = np.full((1, 128, 1, 2), -0.01)
+  for per_token, level in [(-1.2, 0), (-2.4, 1), (-4.9, 2), (-9.9, 3), (-10.1, 4)]:
+    steep = gates.copy()
+    steep[0, 64:, 0, 1] = per_token  # one channel of the second chunk: spans S·|per_token|
+    assert chunkwise.vector_level(steep, gates, sizes, 40.0) == level, per_token
+  nan = gates.copy()
+  nan[0, 5, 0, 0] = np.nan
+  assert chunkwise.vector_level(gates, nan, sizes, W) == len(sizes)
+
+
 @pytest.mark.parametrize("normalize", ["after", "none"])
-@pytest.mark.parametrize("margin", [-0.5, 0.5], ids=["factored", "exact"])
-def test_vector_chunk_scan_is_exact_on_both_sides_of_the_factored_range(margin, normalize):
+@pytest.mark.parametrize("branch", list(BRANCH_SPANS))
+def test_vector_chunk_scan_is_exact_on_both_sides_of_each_branch_range(branch, normalize):
   """float32, vector decays: chunks whose log-decays span just under 2W go through the factored
-  block with factors up to e^{±W}; just over 2W, through the exact masks. Both match the
-  definition, forward and backward."""
-  span = 2 * chunkwise.factored_exponent_limit(np.float32) + margin
+  block with factors up to e^{±W}; just over 2W, through the halving block (its halves factored,
+  up to e^{±W} just under 4W); beyond, through the exact masks. All match the definition,
+  forward and backward."""
+  span, _, level = BRANCH_SPANS[branch]
   q, k, v, log_decay, key_mask = _vector_inputs_spanning(span)
+  padded = np.pad(log_decay, [(0, 0), (0, 48 - 37), (0, 0), (0, 0)])
+  assert chunkwise.vector_level(padded, padded, chunkwise.vector_chunk_sizes(CHUNK), W) == level
   expected = reference_lion(q, k, v, log_decay, normalize=normalize, key_mask=key_mask)
   f32 = [np.asarray(x, np.float32) for x in (q, k, v, log_decay)]
   got = compiled("chunk_scan", "symmetric", normalize, True)(*f32, key_mask)
@@ -256,13 +286,12 @@ def test_vector_chunk_scan_is_exact_on_both_sides_of_the_factored_range(margin, 
     np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-4 * np.abs(e).max(), err_msg=f"d/d{name}")
 
 
-@pytest.mark.parametrize("margin, taken", [(-0.5, "_factored_block"), (0.5, "_exact_vector_block")])
-def test_guard_sends_chunks_within_2W_to_the_factored_block_and_the_rest_to_exact_masks(
-    monkeypatch, margin, taken):
-  """The fast path must really run inside its range (else the speed is lost silently) and never
-  outside it: poisoning the other branch with NaN leaves the output finite, while poisoning the
-  branch said to be taken (the positive control) turns it into NaN."""
-  span = 2 * chunkwise.factored_exponent_limit(np.float32) + margin
+@pytest.mark.parametrize("branch", list(BRANCH_SPANS))
+def test_guard_sends_chunks_to_the_coarsest_block_whose_range_holds(monkeypatch, branch):
+  """The fast paths must really run inside their ranges (else the speed is lost silently) and
+  never outside them: poisoning every other branch with NaN leaves the output finite, while
+  poisoning the branch said to be taken (the positive control) turns it into NaN."""
+  span, taken, _ = BRANCH_SPANS[branch]
   q, k, v, log_decay, key_mask = _vector_inputs_spanning(span)
   inputs = [np.asarray(x, np.float32) for x in (q, k, v, log_decay)]
 
@@ -274,18 +303,20 @@ def test_guard_sends_chunks_within_2W_to_the_factored_block_and_the_rest_to_exac
                                               chunk_size=CHUNK))
       return np.asarray(run(*inputs))
 
-  other, = {"_factored_block", "_exact_vector_block"} - {taken}
-  assert np.all(np.isfinite(output_with_poisoned(other))), f"{taken} was not the branch taken"
+  for other in {"_factored_block", "_halving_block", "_exact_vector_block"} - {taken}:
+    assert np.all(np.isfinite(output_with_poisoned(other))), f"{other} ran, not {taken}"
   assert not np.all(np.isfinite(output_with_poisoned(taken))), f"{taken} was not used at all"
 
 
 def test_vmapped_examples_on_either_side_of_the_range_get_exact_finite_gradients():
-  """Under `vmap` the branch choice is per example, so `cond` becomes `select` and both branches
-  run on every example: the factored branch sees decays far beyond its range (its clipped
-  factors must stay finite) and its zero cotangents must not turn into NaN gradients."""
-  gentle = _vector_inputs_spanning(0.5 * chunkwise.factored_exponent_limit(np.float32))
-  steep = _vector_inputs_spanning(20 * chunkwise.factored_exponent_limit(np.float32))
-  q, k, v, log_decay, key_mask = (np.stack([a, b]) for a, b in zip(gentle, steep))
+  """Under `vmap` the branch choice is per example, so `switch` becomes `select` and every
+  branch runs on every example: the factored blocks see decays far beyond their range (their
+  clipped factors must stay finite) and their zero cotangents must not turn into NaN
+  gradients."""
+  gentle = _vector_inputs_spanning(0.5 * W)
+  halved = _vector_inputs_spanning(3 * W)
+  steep = _vector_inputs_spanning(20 * W)
+  q, k, v, log_decay, key_mask = (np.stack(x) for x in zip(gentle, halved, steep))
   weights = np.random.default_rng(13).normal(size=v.shape)
 
   def loss(form, q, k, v, log_decay, key_mask, weights):
@@ -306,19 +337,25 @@ def test_vmapped_examples_on_either_side_of_the_range_get_exact_finite_gradients
     np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-4 * np.abs(e).max(), err_msg=f"d/d{name}")
 
 
-@pytest.mark.parametrize("limits, works", [(0.5, True), (3.0, False)], ids=["within", "beyond"])
-def test_factored_block_alone_breaks_beyond_its_range_which_is_why_it_is_guarded(limits, works):
+@pytest.mark.parametrize("block, limits, works", [
+    ("factored", 0.5, True), ("factored", 3.0, False), ("halving", 3.5, True),
+    ("halving", 6.0, False)], ids=["factored_within", "factored_beyond", "halving_within",
+                                   "halving_beyond"])
+def test_factored_blocks_alone_break_beyond_their_range_which_is_why_they_are_guarded(
+    block, limits, works):
   """Run directly on chunks, the factored block equals the definition while a chunk's decays span
-  less than 2W (the positive control: this harness chunks correctly) and is far off at 3W, where
-  its factors overflow float32; the public function switches to exact masks there."""
-  span = limits * chunkwise.factored_exponent_limit(np.float32)
+  less than 2W, and the halving block (one halving) while each half does, i.e. up to 4W (the
+  positive controls: this harness chunks correctly); at 3W, and 6W for the halving block, their
+  factors overflow float32 and they are far off. The public function switches blocks there."""
+  span = limits * W
   q, k, v, log_decay, _ = _vector_inputs_spanning(span, length=2 * CHUNK)
   to_chunks = lambda x: jnp.moveaxis(jnp.asarray(x, jnp.float32), 2, 1).reshape(
       B, H, 2, CHUNK, x.shape[-1])
   within_chunks = log_decay.reshape(B, 2, CHUNK, H, V).cumsum(2).reshape(log_decay.shape)
+  intra_block = {"factored": chunkwise._factored_block,
+                 "halving": lambda *operands: chunkwise._halving_block(*operands, 1)}[block]
   factored, _ = chunkwise._chunk_kernel(*map(to_chunks, (q, k, v, within_chunks, within_chunks)),
-                                        chunkwise._factored_block,
-                                        chunkwise.STATE_PASSES["scan"])
+                                        intra_block, chunkwise.STATE_PASSES["scan"])
   expected = reference_lion(q, k, v, log_decay, normalize="none")
   factored = np.asarray(jnp.moveaxis(factored.reshape(B, H, 2 * CHUNK, V), 1, 2))
   if works:

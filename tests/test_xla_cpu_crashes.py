@@ -89,9 +89,10 @@ def test_flag_is_added_only_for_jaxlib_0_10(monkeypatch, jaxlib):
 
 
 # Table 3's "w/o HiPPO" rows: random decays span more than 2W per chunk from the first step, so
-# their training runs the exact vector fallback's backward pass (which segfaulted at step 1). As a
-# user runs them: lion-jax's flags, XLA's default optimisations. (The kernel cases above show that
-# the kernel is safe with YNN fusions on as well.)
+# their training runs a steep branch's backward pass (the exact vector fallback's segfaulted at
+# step 1; they take the halving block now). As a user runs them: lion-jax's flags, XLA's default
+# optimisations. (The kernel cases above show that the kernel is safe with YNN fusions on as
+# well.)
 SMALL_DATA = ["--config.num_train_steps=3", "--config.eval_every_steps=3",
               "--config.max_examples=16", "--config.generate.num_train=32",
               "--config.generate.num_val=16", "--config.generate.num_test=16"]
