@@ -75,8 +75,9 @@ class ModelConfig:
   decay_param: str = "neg_exp"
   # How tokens modulate the base log-decay B (docs/math.md §5); see
   # `lion_jax.decay.selective_log_decay`.
-  selective_mode: str = "sigmoid_dt"
-  # Bias of the selective gate at init; None picks the mode's default (+8 for log_additive, else 0).
+  selective_mode: str = "log_additive"
+  # Bias of the selective gate at init; None picks the mode's default (+1 for log_additive: a
+  # memory of about 3 tokens per token at init, docs/math.md §5; else 0).
   selective_bias_init: float | None = None
   # Standard deviation of the selective gate weights and of W_q, W_k at init (paper D.2: 0.1).
   selective_init_std: float = 0.1
@@ -86,9 +87,10 @@ class ModelConfig:
   decay_init: str = "hippo"
   dt_min: float = 1e-3
   dt_max: float = 1e-1
-  # W_v init: "zoh_diag" diag(γ), γ = (λ − 1)/Λ (paper App. D.2; docs/math.md §5);
-  # "zoh_lecun" diag(γ)·W₀ with W₀ lecun-normal; "lecun" plain lecun-normal.
-  v_init: str = "zoh_diag"
+  # W_v init: "identity" (the mixer starts as a decay-weighted mean of its input at unit gain;
+  # docs/math.md §5), "zoh_diag" diag(γ), γ = (λ − 1)/Λ (paper App. D.2 read literally: values
+  # at the scale of Δ), "zoh_lecun" diag(γ)·W₀ with W₀ lecun-normal, "lecun" plain lecun-normal.
+  v_init: str = "identity"
   # Passed to `lion_attention`: where the row normalisation sits, and the mask convention.
   normalize: str = "after"
   convention: str = "symmetric"

@@ -9,11 +9,13 @@ value channel ("vector", G = V). The mixer keeps a *base* decay parameter of sha
 Selective decays (LION-S) modulate the base log-decay B = log λ_base with per-token gate logits
 z = W x + b ([B, L, H, G]) in one of four `selective_mode`s (`SELECTIVE_MODES`):
 
+  log_additive   log λ = B + log σ(z)          the paper's Sec. 3.3 selective decay σ(z) times the HiPPO
+                                              base decay: the gate adds an O(1) rate per token, and
+                                              the base is the longest memory it can open to (default)
   sigmoid_dt     log λ = B · 2σ(z)             a sigmoid-bounded selective step: λ ∈ (λ_base², 1), the
-                                              decay rate at most twice the base rate (the default)
+                                              decay rate at most twice the base rate
   softplus_dt    log λ = B · softplus(z + c)   a softplus selective step (Table 6 row [7]): λ ∈ (0, 1),
                                               the decay rate unbounded above; c = log(e − 1)
-  log_additive   log λ = B + log σ(z)          paper Sec. 3.3 form plus a HiPPO offset; needs b ≈ +8
   paper_literal  log λ = min(σ(z) + B, 0)      paper Sec. 4.5 "σ(A_i) + B_i", clamped to λ ≤ 1
 
 The two "_dt" modes scale the base step Δ by a positive per-token factor, as the selective step Δ
@@ -73,12 +75,20 @@ def init_log_decay(key, heads: int, groups: int, init: str, dt_min: float, dt_ma
     dt_min, dt_max: range of the log-uniform step Δ ("hippo", "s4d_real").
 
   Returns:
-    (log_lambda, gain), both float32 [H, G]: log λ < 0 and the ZOH gain γ = (λ − 1)/Λ > 0.
+    (log_lambda, gain, real), float32 [H, G] each: log λ < 0, the ZOH gain γ = (λ − 1)/Λ > 0
+    and the continuous-time rate Λ < 0 it was discretised from (log λ = ΛΔ).
   """
   shape = (heads, groups)
   if init == "random":
     log_lambda = jax.nn.log_sigmoid(jax.random.normal(key, shape, jnp.float32))
     real = jnp.full(shape, HIPPO_REAL)
+  elif init == "hippo_modulus":
+    dt = sample_dt(key, shape, dt_min, dt_max)
+    count = groups if groups > 1 else heads
+    modulus = jnp.asarray(hippo_moduli(count), jnp.float32)  # [G] or [H]
+    modulus = modulus[None, :] if groups > 1 else modulus[:, None]
+    real = -jnp.broadcast_to(modulus, shape)
+    log_lambda = jnp.maximum(real * dt, -0.5)
   else:
     dt = sample_dt(key, shape, dt_min, dt_max)
     if init == "hippo":
@@ -90,7 +100,21 @@ def init_log_decay(key, heads: int, groups: int, init: str, dt_min: float, dt_ma
       raise ValueError(f"decay_init={init!r} is not one of {describe('decay_init')}.")
     log_lambda = real * dt
   gain = jnp.expm1(log_lambda) / real  # (λ − 1)/Λ, computed without cancellation
-  return log_lambda, gain
+  return log_lambda, gain, real
+
+
+def hippo_moduli(count: int):
+  """|Λ_n| of the diagonalised HiPPO-LegS normal part of size 2·count, one per conjugate pair,
+  ascending (float64 numpy [count])."""
+  import numpy as np
+  size = 2 * count
+  n = np.arange(size)
+  p = np.sqrt(2 * n + 1)
+  legs = -np.tril(np.outer(p, p), -1) - np.diag(n + 1.0)
+  normal = legs + np.outer(np.sqrt(n + 0.5), np.sqrt(n + 0.5))
+  eig = np.linalg.eigvals(normal)
+  eig = eig[eig.imag >= 0][:count] if np.sum(eig.imag >= 0) >= count else eig[:count]
+  return np.sort(np.abs(eig))
 
 
 def to_param(log_lambda, decay_param: str):
@@ -134,9 +158,12 @@ SELECTIVE_MODES = {
     "log_additive": lambda base, z: base + jax.nn.log_sigmoid(z),
     "paper_literal": lambda base, z: jnp.minimum(jax.nn.sigmoid(z) + base, 0.0),
 }
-# mode -> the gate bias b at init (`ModelConfig.selective_bias_init=None`). log_additive needs a
-# large one: at b = 0 its log σ(z) ≈ −0.69 would shorten every memory to a token or two.
-DEFAULT_SELECTIVE_BIAS = {"sigmoid_dt": 0.0, "softplus_dt": 0.0, "log_additive": 8.0,
+# mode -> the gate bias b at init (`ModelConfig.selective_bias_init=None`). log_additive: b = 1,
+# log σ(1) = −0.31, a memory of about 3 tokens per token at init that the gate learns to open
+# towards the base's (docs/math.md §5). b = 0 (−0.69 a token) puts the chunk sums of the
+# steeper tokens past the factored block's range at C = 64; b = +8 (−3e-4, the earlier default)
+# leaves the gate without effect on memories at the HiPPO scale.
+DEFAULT_SELECTIVE_BIAS = {"sigmoid_dt": 0.0, "softplus_dt": 0.0, "log_additive": 1.0,
                           "paper_literal": 0.0}
 
 

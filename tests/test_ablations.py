@@ -29,7 +29,8 @@ EXPECTED = {
     "abl5_scale_before_mask": {"model.normalize": "before"},
     "abl6_no_selectivity": {"model.decay": "fixed"},
     "abl7_softplus": {"model.selective_mode": "softplus_dt"},
-    "lion_s_log_additive": {"model.selective_mode": "log_additive"},
+    "lion_s_sigmoid_dt": {"model.selective_mode": "sigmoid_dt"},
+    "lion_s_zoh": {"model.selective_mode": "sigmoid_dt", "model.v_init": "zoh_diag"},
     "lion_s_paper_literal": {"model.selective_mode": "paper_literal"},
 }
 TRAINABLE_TASKS = ("listops", "text", "retrieval", "image", "pathfinder")  # Path-X: slow only
