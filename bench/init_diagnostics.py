@@ -1,7 +1,7 @@
 """What a LION model does at initialisation: block output scales, memory lengths, gradients.
 
   .venv/bin/python bench/init_diagnostics.py                      # long ListOps (`cpu_long`)
-  .venv/bin/python bench/init_diagnostics.py --variants lion_s,lion_s_paper_init,lion_s_random
+  .venv/bin/python bench/init_diagnostics.py --variants lion_s,lion_s_zoh,lion_s@v_init=zoh_diag
   .venv/bin/python bench/init_diagnostics.py --preset cpu --seeds 0,1,2
 
 For each variant of `configs/listops.py` (any `model.*` override can be appended as
@@ -124,8 +124,9 @@ def diagnose(experiment, model_config, batch, length):
 
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--variants", default="lion_s,lion_s@v_init=zoh_diag@dt_max=0.1,"
-                      "lion_s_random,lion_d")
+  parser.add_argument("--variants", default="lion_s_zoh,lion_s_zoh@v_init=identity,"
+                      "lion_s_sigmoid_dt,lion_s,lion_s@decay_init=hippo_modulus,lion_s_random,"
+                      "lion_d,lion_d_random")
   parser.add_argument("--preset", default="cpu_long", choices=("cpu_long", "cpu"))
   parser.add_argument("--seeds", default="0,1")
   parser.add_argument("--batch", type=int, default=32)

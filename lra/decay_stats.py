@@ -15,7 +15,8 @@ a = log λ of four forms:
   softplus_literal  a = B + softplus(z), Table 6 row [7] read literally ("a_i = SoftPlus(x)"
                     added to the HiPPO part); not a mode of this codebase
   softplus_dt       a = B · softplus(z + c), our row [7] (`lion_jax.decay`)
-  sigmoid_dt        a = B · 2σ(z), the default
+  sigmoid_dt        a = B · 2σ(z), the default until the gate became additive
+                    (docs/paper_notes.md §13)
 
 and the table reports, per form: the fraction of λ ≥ 1 (clamped or overflowing), the largest λ,
 and the fraction of (example, channel) rows whose log-decays summed over the whole sequence
@@ -66,7 +67,8 @@ def first_layer_log_decays(task: str, batch: int = 8, seed: int = 0, length: int
   """
   task_length, vocab = TASK_INPUTS[task]
   length = length or task_length
-  config = preset(task, num_layers=1)
+  # Gate bias 0, as every form above assumes (the default log_additive gate starts at b = 1).
+  config = preset(task, num_layers=1, selective_mode="sigmoid_dt")
   model = LraClassifier(config, num_classes=2, vocab_size=max(vocab, 1), rngs=nnx.Rngs(seed))
   model.train()  # BatchNorm normalises with the batch statistics, as in training
   key = jax.random.key(seed + 1)
