@@ -221,8 +221,9 @@ def cpu_preset(task: str) -> dict[str, Any]:
 # A first version at L = 1024 (500-1000 tokens, width 32, 2 heads, 400 steps) learnt nothing:
 # LION-S stayed at the label prior (training loss 2.29 -> 2.26, test 14.8% / 15.0%), so it
 # could not tell the inits apart (docs/sweep/README.md).
-# With this preset the HiPPO rows stayed near the prior while random init learnt (LION-S 19.4%
-# vs 32.7%): short memories at init learn sooner in 600 steps (docs/sweep/README.md).
+# With this preset the literal HiPPO/ZOH init (now `lion_s_zoh`) stayed near the prior while
+# random init learnt (LION-S 19.4% vs 32.7%); with the additive gate and unit values of today's
+# default LION-S reaches 33.7% (docs/paper_notes.md §13).
 
 _CPU_LONG = {
     "data_dir": os.path.join(CPU_DATA_DIR, "listops500"),
