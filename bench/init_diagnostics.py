@@ -49,15 +49,20 @@ LOCAL_RADIUS = 8
 
 
 def parse_variant(spec):
-  """"lion_s@model.dt_max=0.1@..." -> ("lion_s", {"dt_max": 0.1, ...})."""
+  """"lion_s@model.dt_max=0.1@v_init=lecun" -> ("lion_s", {"dt_max": 0.1, "v_init": "lecun"})."""
   name, *fields = spec.split("@")
   overrides = {}
   for field in fields:
+    if "=" not in field:
+      raise SystemExit(f"--variants entry {spec!r}: {field!r} is not FIELD=VALUE "
+                       "(e.g. lion_s@v_init=zoh_diag@dt_max=0.1)")
     key, value = field.split("=", 1)
-    try:
-      value = float(value) if "." in value or "e" in value else int(value)
-    except ValueError:
-      pass
+    for number in (int, float):
+      try:
+        value = number(value)
+        break
+      except ValueError:
+        pass
     overrides[key.removeprefix("model.")] = value
   return name, overrides
 
@@ -139,7 +144,10 @@ def main(argv=None):
     name, overrides = parse_variant(spec)
     config = listops.get_config(f"{name},{args.preset}")
     splits, info = load_or_generate(config)
-    model_config = check_config(config).replace(**overrides)
+    try:
+      model_config = check_config(config).replace(**overrides)
+    except (TypeError, ValueError) as error:  # an unknown field, or a bad value of a known one
+      raise SystemExit(f"--variants entry {spec!r}: {error} (fields: lion_jax.ModelConfig)")
     train = splits["train"]
     batch = {"inputs": train.inputs[:args.batch].astype(np.int32),
              "lengths": train.lengths[:args.batch], "labels": train.labels[:args.batch]}

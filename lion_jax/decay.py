@@ -40,10 +40,15 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from lion_jax.options import describe
+from lion_jax.s5 import hippo_n
 
 HIPPO_REAL = -0.5  # Re Λ of the diagonalised HiPPO-LegS normal part (S5, DSS)
+# "hippo_modulus" caps log λ here: a memory of 2 tokens, which a selective gate may still halve
+# without leaving the factored block at C = 64 (docs/math.md §5.1).
+SHORTEST_MEMORY_LOG_DECAY = -0.5
 # softplus(c) = 1: the softplus step starts at the base decay (z = 0 gives log λ = B).
 SOFTPLUS_SHIFT = 0.5413248546129181  # log(e − 1)
 
@@ -75,8 +80,7 @@ def init_log_decay(key, heads: int, groups: int, init: str, dt_min: float, dt_ma
     dt_min, dt_max: range of the log-uniform step Δ ("hippo", "s4d_real").
 
   Returns:
-    (log_lambda, gain, real), float32 [H, G] each: log λ < 0, the ZOH gain γ = (λ − 1)/Λ > 0
-    and the continuous-time rate Λ < 0 it was discretised from (log λ = ΛΔ).
+    (log_lambda, gain), both float32 [H, G]: log λ < 0 and the ZOH gain γ = (λ − 1)/Λ > 0.
   """
   shape = (heads, groups)
   if init == "random":
@@ -88,7 +92,7 @@ def init_log_decay(key, heads: int, groups: int, init: str, dt_min: float, dt_ma
     modulus = jnp.asarray(hippo_moduli(count), jnp.float32)  # [G] or [H]
     modulus = modulus[None, :] if groups > 1 else modulus[:, None]
     real = -jnp.broadcast_to(modulus, shape)
-    log_lambda = jnp.maximum(real * dt, -0.5)
+    log_lambda = jnp.maximum(real * dt, SHORTEST_MEMORY_LOG_DECAY)
   else:
     dt = sample_dt(key, shape, dt_min, dt_max)
     if init == "hippo":
@@ -100,21 +104,20 @@ def init_log_decay(key, heads: int, groups: int, init: str, dt_min: float, dt_ma
       raise ValueError(f"decay_init={init!r} is not one of {describe('decay_init')}.")
     log_lambda = real * dt
   gain = jnp.expm1(log_lambda) / real  # (λ − 1)/Λ, computed without cancellation
-  return log_lambda, gain, real
+  return log_lambda, gain
 
 
 def hippo_moduli(count: int):
-  """|Λ_n| of the diagonalised HiPPO-LegS normal part of size 2·count, one per conjugate pair,
-  ascending (float64 numpy [count])."""
-  import numpy as np
-  size = 2 * count
-  n = np.arange(size)
-  p = np.sqrt(2 * n + 1)
-  legs = -np.tril(np.outer(p, p), -1) - np.diag(n + 1.0)
-  normal = legs + np.outer(np.sqrt(n + 0.5), np.sqrt(n + 0.5))
-  eig = np.linalg.eigvals(normal)
-  eig = eig[eig.imag >= 0][:count] if np.sum(eig.imag >= 0) >= count else eig[:count]
-  return np.sort(np.abs(eig))
+  """|Λ_n| of HiPPO-N of size 2·count (`lion_jax.s5.hippo_n`), one per conjugate pair.
+
+  Args:
+    count: how many moduli (V channels of a head, or H heads for scalar decays).
+
+  Returns:
+    float64 numpy [count], ascending.
+  """
+  eigenvalues, _ = hippo_n(2 * count)  # [2·count] complex: −½ ± iω, no ω = 0 at even sizes
+  return np.sort(np.abs(eigenvalues[eigenvalues.imag > 0]))
 
 
 def to_param(log_lambda, decay_param: str):

@@ -83,23 +83,24 @@ class LionMixer(nnx.Module):
 
     # LIT has no decay; its ZOH W_v init still uses HiPPO gains (Λ = −½, Δ log-uniform).
     init = config.decay_init if config.decay != "lit" else "hippo"
-    log_lambda, gain, _ = decay_lib.init_log_decay(rngs.params(), h, self.groups, init,
+    log_lambda, gain = decay_lib.init_log_decay(rngs.params(), h, self.groups, init,
                                                 config.dt_min, config.dt_max)  # [H, G] each
     self.decay_base, self.decay_gate = _decay_parameters(config, self.groups, log_lambda, rngs)
     # LION♮ (`lion_jax.grid_order`): the column snake gets its own decays, drawn the same way.
     column = None, None
     if num_scans(config.scan_order) == 2:
-      column_log_lambda, _, _ = decay_lib.init_log_decay(rngs.params(), h, self.groups, init,
+      column_log_lambda, _ = decay_lib.init_log_decay(rngs.params(), h, self.groups, init,
                                                       config.dt_min, config.dt_max)  # [H, G]
       column = _decay_parameters(config, self.groups, column_log_lambda, rngs)
     self.column_decay_base, self.column_decay_gate = column
 
-    # W_v: ZOH gains γ on the diagonal (docs/math.md §5). Scalar decays share γ over a head.
-    if config.v_init == "identity":
-      gain = jnp.ones_like(gain)
+    # W_v (docs/math.md §5, §5.1): the identity, or ZOH gains γ on the diagonal (scalar decays
+    # share γ over a head). Both need M = H·V, true by construction.
     gain = jnp.broadcast_to(gain, (h, v)).reshape(h * v)  # [H·V]
-    if config.v_init in ("identity", "zoh_diag"):
-      self.v_proj.kernel[...] = jnp.diag(gain)  # needs M = H·V, true by construction
+    if config.v_init == "identity":
+      self.v_proj.kernel[...] = jnp.eye(m, dtype=self.v_proj.kernel.dtype)
+    elif config.v_init == "zoh_diag":
+      self.v_proj.kernel[...] = jnp.diag(gain)
     elif config.v_init == "zoh_lecun":
       self.v_proj.kernel[...] = self.v_proj.kernel[...] * gain[None, :]  # diag(γ) on the state side
     self.out_proj = nnx.Linear(h * v, m, dtype=dtype, rngs=rngs) if config.output_proj else None

@@ -59,7 +59,7 @@ def test_every_valid_option_string_is_implemented_and_every_other_is_rejected_by
   for mode in CHOICES["selective_mode"]:
     assert decay_lib.selective_log_decay(base, jnp.zeros((1, 3, 2, 1)), mode).shape == (1, 3, 2, 1)
   for init in CHOICES["decay_init"]:
-    log_lambda, _, _ = decay_lib.init_log_decay(jax.random.key(0), 2, 3, init, 1e-3, 1e-1)
+    log_lambda, _ = decay_lib.init_log_decay(jax.random.key(0), 2, 3, init, 1e-3, 1e-1)
     assert log_lambda.shape == (2, 3) and float(log_lambda.max()) < 0.0
   for param in CHOICES["decay_param"]:
     assert decay_lib.base_log_decay(decay_lib.to_param(base, param), param).shape == (2, 1)
@@ -145,6 +145,29 @@ def test_zoh_v_init_matches_its_formula(shape):
   assert abs(base.std() * np.sqrt(256) - 1.0) < 0.05
   plain = LionMixer(small(v_init="lecun"), rngs=nnx.Rngs(0)).v_proj.kernel[...]
   assert np.count_nonzero(np.asarray(plain) - np.diag(np.diag(plain))) > 0
+
+
+@pytest.mark.parametrize("shape", ["vector", "scalar"])
+def test_hippo_modulus_decays_are_the_capped_spectrum_moduli_times_delta(shape):
+  """decay_init="hippo_modulus": log λ = −min(|Λ_n|·Δ, ½) with |Λ_n| the HiPPO-N moduli of one
+  conjugate pair per channel (per head for scalar decays) and Δ log-uniform in [dt_min, dt_max];
+  W_v stays the identity (the default v_init)."""
+  config = small(d_model=32, decay="fixed", decay_shape=shape, decay_init="hippo_modulus",
+                 dt_min=1e-3, dt_max=1e-1)
+  mixer = LionMixer(config, rngs=nnx.Rngs(0))
+  log_lam = -np.exp(np.asarray(mixer.decay_base[...], np.float64))  # [H, G]
+  # HiPPO-N of size 2 is −½ ± i√3/2, modulus 1; the sizes used here start near 0.6 and grow.
+  np.testing.assert_allclose(decay_lib.hippo_moduli(1), [1.0], rtol=1e-12)
+  count = 16 if shape == "vector" else 2
+  modulus = decay_lib.hippo_moduli(count)  # [G] or [H], ascending
+  modulus = modulus[None, :] if shape == "vector" else modulus[:, None]
+  dt = -log_lam / modulus  # Δ wherever the cap is not reached
+  free = log_lam > -0.5 + 1e-6
+  assert free.any() and np.all(log_lam >= -0.5 - 1e-6)
+  assert np.all((dt[free] >= 1e-3 * (1 - 1e-5)) & (dt[free] <= 1e-1 * (1 + 1e-5)))
+  if shape == "vector":
+    assert (~free).any()  # the fastest modes hit the 2-token cap
+  np.testing.assert_array_equal(mixer.v_proj.kernel[...], np.eye(32))
 
 
 def test_qk_and_selective_weights_have_std_0_1():
