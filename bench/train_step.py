@@ -3,6 +3,7 @@
   .venv/bin/python bench/train_step.py            # every preset, reduced batch, full length
   .venv/bin/python bench/train_step.py --quick    # ListOps `runlocal` only
   .venv/bin/python bench/train_step.py --variants lion_s,s5,transformer --forms chunk_scan:64 --batch 1
+  .venv/bin/python bench/train_step.py --tasks listops --preset cpu_long --batch 32 --forms chunk_scan:64
 
 `--variants` lists configs/<task>.py variants side by side (default: LION-S next to the Table 7
 baselines S5 and Transformer, each at its own task preset). LION variants run every `--forms`
@@ -178,6 +179,9 @@ def main(argv=None):
   p.add_argument("--forms", default="chunk_scan:64,chunk_scan:16,rnn:64,attention:64",
                  help="form:chunk list")
   p.add_argument("--batch", type=int, default=2)
+  p.add_argument("--preset", default="",
+                 help="a config flag added to every variant, e.g. cpu_long: time the steps a "
+                      "sweep at that preset trains (its width, depth, heads and length)")
   p.add_argument("--check-steps", type=int, default=6)
   args = p.parse_args(argv)
   out_dir, name = harness.output_path(args, "train_step")
@@ -192,7 +196,7 @@ def main(argv=None):
   for task in tasks:
     cases = []
     for variant in (v for v in variants if v in common.task_variants(task)):
-      config, info, seq_len = task_config(task, variant)
+      config, info, seq_len = task_config(task, ",".join(filter(None, (variant, args.preset))))
       print(f"{task} {variant}: L={seq_len}{' x2' if info.dual_input else ''}, "
             f"batch {args.batch}", flush=True)
       for form, chunk in (forms if config.model.mixer == "lion" else forms[:1]):
