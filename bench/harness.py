@@ -154,6 +154,7 @@ def compile_case(case: Case) -> Case:
   res.update(lower_s=lower_s, compile_s=compile_s)
   res.update(memory_stats(compiled))
   res["xla_flops"] = xla_flops(compiled)
+  res["xla_bytes_accessed"] = xla_cost(compiled, "bytes accessed")
   if case.analytic_flops is not None:
     res["analytic_flops"] = float(case.analytic_flops)
   return case
@@ -234,6 +235,11 @@ def memory_stats(compiled) -> dict[str, Any]:
 
 def xla_flops(compiled) -> float | None:
   """`cost_analysis()["flops"]` (counts a loop body once)."""
+  return xla_cost(compiled, "flops")
+
+
+def xla_cost(compiled, key: str) -> float | None:
+  """One entry of `cost_analysis()` ("flops", "bytes accessed"; a loop body counts once)."""
   try:
     cost = compiled.cost_analysis()
   except Exception:  # pylint: disable=broad-except
@@ -242,8 +248,8 @@ def xla_flops(compiled) -> float | None:
     cost = cost[0] if cost else None
   if not cost:
     return None
-  flops = cost.get("flops")
-  return None if flops is None else float(flops)
+  value = cost.get(key)
+  return None if value is None else float(value)
 
 
 def _call(case: Case) -> float:

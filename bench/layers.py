@@ -3,6 +3,7 @@
   .venv/bin/python bench/layers.py            # L ∈ {1K, 4K, 16K}
   .venv/bin/python bench/layers.py --quick    # L = 1K
   .venv/bin/python bench/layers.py --fallback --lengths 4k   # vector-decay branches of chunk_scan
+  .venv/bin/python bench/layers.py --preset listops          # LION against S5 at a task's presets
 
 Every layer maps [B, L, d_model] -> [B, L, d_model] with its projections (q/k/v/o, or S5's
 B/C/D): `lion_jax.LionMixer` at d_model 128 with 4 heads (d_head 32) in form chunk_scan (C=64);
@@ -20,6 +21,11 @@ into the exact-mask branch (the only fallback before
 the halving block existed); the forced branch keeps its runtime `switch`, so all three pay the
 same branch overhead. Prints each case's branch and its time relative to the factored path.
 
+`--preset TASK` sizes every layer as configs/<TASK>.py trains it: LION at `:lion_s`'s d_model,
+heads and chunk, S5 at `:s5`'s d_model, P and J (the release script's), and drops the softmax
+layer. It adds XLA's FLOP and byte counts of each fwd+bwd, so that a time ratio can be read
+against the work ratio: S5's ListOps layer (P = 16) does a small fraction of LION's FLOPs.
+
 Writes layers.json and layers.png to bench/results/ (git-ignored; `--publish`: docs/bench/).
 """
 
@@ -27,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
 import pathlib
 import sys
 
@@ -49,6 +56,18 @@ def lion_config(variant, d_model, heads, chunk, decay_shape):
                      form="chunk_scan", chunk_size=chunk)
 
 
+def apply_preset(args):
+  """Sets the layer sizes of `--preset TASK` from configs/<TASK>.py (`:lion_s` and `:s5`)."""
+  module = importlib.import_module(f"configs.{args.preset}")
+  lion, s5 = (module.get_config(variant).model for variant in ("lion_s", "s5"))
+  if lion.d_model != s5.d_model:
+    raise ValueError(f"--preset {args.preset}: LION's d_model {lion.d_model} differs from "
+                     f"S5's {s5.d_model}; time them with explicit --d-model instead")
+  args.d_model, args.heads, args.chunk = lion.d_model, lion.num_heads, lion.chunk_size
+  args.ssm_size, args.ssm_blocks = s5.ssm_size, s5.ssm_blocks
+  args.with_softmax = False
+
+
 def make_layers(args):
   """name -> (module factory, info)."""
   layers = {}
@@ -60,8 +79,9 @@ def make_layers(args):
       layers[name] = (lambda cfg=cfg: LionMixer(cfg, rngs=nnx.Rngs(0)),
                       dict(family="lion", variant=variant, decay_shape=shape, form="chunk_scan",
                            chunk_size=args.chunk))
-  softmax = ModelConfig(mixer="softmax", d_model=args.d_model, num_heads=args.heads)
-  layers["softmax"] = (lambda: SoftmaxMixer(softmax, rngs=nnx.Rngs(0)), dict(family="softmax"))
+  if args.with_softmax:
+    softmax = ModelConfig(mixer="softmax", d_model=args.d_model, num_heads=args.heads)
+    layers["softmax"] = (lambda: SoftmaxMixer(softmax, rngs=nnx.Rngs(0)), dict(family="softmax"))
   for method in args.s5_methods.split(","):
     layers[f"S5 {method}"] = (
         lambda method=method: S5Mixer(
@@ -146,7 +166,7 @@ def build_cases(length, layers, passes, args):
   return cases
 
 
-def plot(records, lengths, names, path):
+def plot(records, lengths, names, path, d_model):
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
@@ -162,7 +182,7 @@ def plot(records, lengths, names, path):
     axes[1].plot([l for l, _ in pts], [r["temp_plus_output_bytes"] / harness.MB for _, r in pts],
                  style, label=name)
   harness.style_log_axes(axes, ("fwd+bwd median (ms)", "compiled temp+output (MB)"))
-  fig.suptitle(f"one mixing layer, d_model 128, B=2, f32, {harness.device_label()}")
+  fig.suptitle(f"one mixing layer, d_model {d_model}, B=2, f32, {harness.device_label()}")
   fig.tight_layout()
   fig.savefig(path, dpi=90)
   print(f"wrote {path}")
@@ -202,14 +222,21 @@ def main(argv=None):
   p.add_argument("--ssm-size", type=int, default=256)
   p.add_argument("--ssm-blocks", type=int, default=16)
   p.add_argument("--s5-methods", default="associative,linear")
+  p.add_argument("--preset", choices=("listops", "text", "retrieval", "image", "pathfinder",
+                                       "pathx"),
+                 help="size LION and S5 as configs/<task>.py's lion_s and s5 presets")
   p.add_argument("--fallback", action="store_true",
                  help="only the LION-S vector layer, once per vector-decay branch of chunk_scan")
   args = p.parse_args(argv)
+  args.with_softmax = True
+  if args.preset:
+    apply_preset(args)
   lengths = harness.lengths_from_args(args, quick=[1024], full=[1024, 4096, 16384])
   passes = [x for x in args.passes.split(",") if x]
   if args.quick and args.passes == "fwd+bwd,fwd":
     passes = ["fwd+bwd"]
-  out_dir, name = harness.output_path(args, "layers_fallback" if args.fallback else "layers")
+  out_dir, name = harness.output_path(
+      args, "layers_fallback" if args.fallback else f"layers_{args.preset}" if args.preset else "layers")
   layers = make_fallback_layers(args) if args.fallback else make_layers(args)
 
   records = []
@@ -258,6 +285,19 @@ def main(argv=None):
       ratio_rows.append([f"{peer} / {lion}"] + cells)
   print("\nfwd+bwd time ratio (>1: LION faster)\n" + harness.markdown_table(
       ["ratio"] + [f"L={l}" for l in lengths], ratio_rows))
+  work_rows = []
+  for layer in layers:
+    for length in lengths:
+      r = harness.find(records, length=length, layer=layer, pass_="fwd+bwd")
+      if r and r.get("xla_flops") and "median_s" in r:
+        work_rows.append([layer, length, f"{r['xla_flops'] / 1e9:.2f}",
+                          harness.fmt_bytes(r.get("xla_bytes_accessed")),
+                          f"{r['xla_flops'] / r['median_s'] / 1e9:.1f}",
+                          harness.fmt_ms(r["median_s"])])
+  print(f"\nfwd+bwd work per layer (XLA cost analysis), d_model {args.d_model}, "
+        f"{args.heads} heads, C = {args.chunk}, S5 P = {args.ssm_size} J = {args.ssm_blocks}\n"
+        + harness.markdown_table(["layer", "L", "GFLOP", "bytes accessed", "GFLOP/s", "ms"],
+                                 work_rows))
   if checks:
     print("\ntargets at L=4096 (chunk_scan ≥10x faster than softmax, ≥1x vs S5)\n"
           + harness.markdown_table(
@@ -265,7 +305,7 @@ def main(argv=None):
               [[c["lion"], c["peer"], f"{c['ratio']:.1f}x", f"{c['ratio_min']:.1f}x",
                 f">= {c['goal']:.0f}x", "met" if c["met"] else "MISSED"] for c in checks]))
   harness.write_json(name, records, out_dir, extra={"targets": checks})
-  plot(records, lengths, list(layers), out_dir / f"{name}.png")
+  plot(records, lengths, list(layers), out_dir / f"{name}.png", args.d_model)
 
 
 if __name__ == "__main__":

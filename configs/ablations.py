@@ -65,6 +65,12 @@ ABLATION_VARIANTS: dict[str, dict[str, Any]] = {
     # gate that scales the HiPPO rate (log λ = B · 2σ(z)). It stays near the label prior on long
     # ListOps; why, and what replaced it: docs/paper_notes.md §13, docs/math.md §5.
     "lion_s_zoh": {"model.selective_mode": "sigmoid_dt", "model.v_init": "zoh_diag"},
+    # LION-D and LION-LIT as the paper describes them, without positions. Their masks λ^|i−j|
+    # read the same in both directions, so they cannot tell a sequence from its reverse and stay
+    # near the label prior on long ListOps; by default (`positional="auto"`) they get sinusoidal
+    # positions (docs/math.md §5.2, docs/paper_notes.md §14).
+    "lion_d_no_positions": {"model.decay": "fixed", "model.positional": "none"},
+    "lion_lit_no_positions": {"model.decay": "lit", "model.positional": "none"},
 }
 
 # Variant groups accepted by `lra.sweep --variants`, in the paper's row order.
@@ -77,6 +83,8 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "selective": ("lion_s", "abl7_softplus", "lion_s_sigmoid_dt", "lion_s_paper_literal"),
     # The long-memory question of Table 3 (HiPPO vs random init), for the `cpu_long` preset.
     "hippo_vs_random": ("lion_s", "lion_d", "lion_s_random", "lion_d_random", "lion_s_zoh"),
+    # Direction-blind masks with and without positions (docs/paper_notes.md §14).
+    "positions": ("lion_lit_no_positions", "lion_lit", "lion_d_no_positions", "lion_d"),
     # LION♮ (paper §C.11) against the raster rows, for the image tasks (others skip the snakes).
     "snake": ("lion_s", "lion_s_snake", "lion_d", "lion_d_snake"),
     # Table 7 (App. D.4): the baselines in the same classifier and pipeline, then LION. Under
@@ -101,6 +109,8 @@ LABELS: dict[str, str] = {
     "abl7_softplus": "[7] softplus decay",
     "lion_s_sigmoid_dt": "LION-S, gate scales the HiPPO rate",
     "lion_s_zoh": "LION-S, literal ZOH init (earlier default)",
+    "lion_d_no_positions": "LION-D (w/ HiPPO), no positions (earlier default)",
+    "lion_lit_no_positions": "LION-LIT, no positions (earlier default)",
     "lion_s_paper_literal": "LION-S, Sec. 4.5 literal (clamped)",
     "lion_s_snake": "LION-S♮ (snake orders)",
     "lion_d_snake": "LION-D♮ (snake orders)",

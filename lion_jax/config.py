@@ -55,9 +55,13 @@ class ModelConfig:
   # "embed": token ids (or 8-bit pixel values as tokens) through an embedding table;
   # "dense": pixels normalised with input_mean/input_std, then a Dense layer (S5 image tasks).
   encoder: str = "embed"
-  # Position information added after the encoder: "none" (LION and S5 carry position in their
-  # decays) or "sinusoidal" (fixed sin/cos of Vaswani et al. 2017, for softmax attention).
-  positional: str = "none"
+  # Position information added after the encoder: "none", "sinusoidal" (fixed sin/cos of
+  # Vaswani et al. 2017) or "auto": sinusoidal for the mixers that cannot tell left from right
+  # on their own (softmax, and LION-LIT and LION-D, whose masks λ^|i−j| look the same either way),
+  # none for LION-S in the symmetric convention (a token's own gate decays its left context,
+  # not its right) and S5 (one C per direction).
+  # Why: docs/math.md §5.2, `direction_blind`.
+  positional: str = "auto"
   # For encoder="dense": (pixel/255 − input_mean) / input_std.
   input_mean: float = 0.5
   input_std: float = 0.5
@@ -200,6 +204,29 @@ class ModelConfig:
     if self.scan_order != "raster" and self.grid is None:
       raise ValueError(f"ModelConfig.scan_order={self.scan_order!r} needs ModelConfig.grid=(H, W); "
                        "the image, pathfinder and pathx presets set it.")
+
+  @property
+  def direction_blind(self) -> bool:
+    """Whether the mixer, run on a reversed sequence, gives the reversed outputs.
+
+    True for softmax attention and for LION whose mask depends on |i − j| only (decay "lit" or
+    "fixed": M_ij = λ^|i−j|): without positions, such a classifier gives a sequence and its
+    reverse the same logits, and no token can tell whether a bracket is on its left or its
+    right. LION-S in the symmetric convention is not: M_ij multiplies the gates of
+    (min(i, j), max(i, j)], so a token's own gate decays every key on its left and none on its
+    right. In the code convention the product runs over the key's gate and those between,
+    which reads the same in either direction, so that LION-S is direction-blind too.
+    """
+    if self.mixer != "lion":
+      return self.mixer == "softmax"
+    return self.decay in ("lit", "fixed") or self.convention == "code"
+
+  @property
+  def position_encoding(self) -> str:
+    """`positional` with "auto" resolved: "sinusoidal" where `direction_blind`, else "none"."""
+    if self.positional != "auto":
+      return self.positional
+    return "sinusoidal" if self.direction_blind else "none"
 
   @property
   def head_dim(self) -> int:

@@ -12,8 +12,9 @@ The sequence mixer inside every block is `config.mixer`: "lion" (default), "s5" 
 Padding: positions ≥ length are padding. They are masked from the attention (no key enters a sum),
 from BatchNorm statistics and from pooling, and the residual stream is zeroed there after the
 encoder and after every block, so real examples do not depend on how a batch is padded.
-No positional encoding by default: the decays (LION) or the recurrence (S5) carry position
-(docs/math.md §5); softmax attention needs `positional="sinusoidal"`.
+Positions: LION-S's gated decays and S5's two directions carry position and direction, so they
+get no positional encoding; softmax attention and LION-LIT/LION-D (masks λ^|i−j|, blind to
+direction) get fixed sinusoidal positions by default (`positional="auto"`, docs/math.md §5.2).
 
 Parameter paths of an `LraClassifier` (for optimiser partitions):
   encoder/inputs/embed/embedding | encoder/inputs/dense/{kernel,bias}
@@ -40,7 +41,8 @@ from lion_jax.config import ModelConfig
 
 
 class InputEncoder(nnx.Module):
-  """Maps raw inputs to d_model features, plus fixed position encodings with positional="sinusoidal".
+  """Maps raw inputs to d_model features, plus fixed position encodings where
+  `config.position_encoding` is "sinusoidal".
 
   encoder="embed": token ids (or 8-bit pixel values used as tokens) → embedding table. It is
   initialised like S5's one-hot → Dense encoder (std 1/√vocab), without the bias.
@@ -54,7 +56,7 @@ class InputEncoder(nnx.Module):
 
   def __init__(self, config: ModelConfig, vocab_size: int, *, rngs: nnx.Rngs):
     self.kind = config.encoder
-    self.positional = config.positional
+    self.positional = config.position_encoding
     self.mean, self.std = float(config.input_mean), float(config.input_std)
     if config.encoder == "embed":
       init = nnx.initializers.normal(vocab_size ** -0.5)

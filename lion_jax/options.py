@@ -18,7 +18,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "norm": ("batch", "layer"),
     "activation": ("half_glu1", "half_glu2", "full_glu", "gelu"),
     "encoder": ("embed", "dense"),
-    "positional": ("none", "sinusoidal"),
+    "positional": ("auto", "none", "sinusoidal"),
     "feature_map": ("silu_norm", "elu1", "sigmoid", "relu", "identity"),
     "decay": ("lit", "fixed", "selective"),
     "decay_shape": ("scalar", "vector"),

@@ -19,7 +19,7 @@ number beside each; `configs/ablations.PAPER`) and `results.png` (bars per task)
 
 `--list` prints one shell command per unfinished run for a cluster scheduler (generate the
 data first with `--prepare-only`: parallel jobs must not generate the same data set at once).
-Variant groups: `table3`, `table6`, `table7`, `selective`, `hippo_vs_random`, `snake`
+Variant groups: `table3`, `table6`, `table7`, `selective`, `hippo_vs_random`, `positions`, `snake`
 (`configs/ablations.GROUPS`) and `all`. The snake variants (LION♮) run on the image tasks only,
 the baselines (`s5`, `transformer`) on the tasks whose config lists them (every task; Path-X has
 `s5` only, Table 7's Transformer fails there); other tasks skip them.

@@ -32,6 +32,8 @@ EXPECTED = {
     "lion_s_sigmoid_dt": {"model.selective_mode": "sigmoid_dt"},
     "lion_s_zoh": {"model.selective_mode": "sigmoid_dt", "model.v_init": "zoh_diag"},
     "lion_s_paper_literal": {"model.selective_mode": "paper_literal"},
+    "lion_d_no_positions": {"model.decay": "fixed", "model.positional": "none"},
+    "lion_lit_no_positions": {"model.decay": "lit", "model.positional": "none"},
 }
 TRAINABLE_TASKS = ("listops", "text", "retrieval", "image", "pathfinder")  # Path-X: slow only
 

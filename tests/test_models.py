@@ -220,3 +220,37 @@ def test_empty_rows_are_inert_in_train_mode():
   logits, stats = run(model, jnp.concatenate([x, filler]), jnp.concatenate([lengths, jnp.zeros(2, int)]))
   assert np.all(np.isfinite(logits))
   assert_trees_close((logits[:3], stats), reference)
+
+
+@pytest.mark.parametrize("fields, blind", [
+    (dict(decay="lit"), True),
+    (dict(decay="fixed"), True),
+    (dict(decay="selective", convention="code"), True),
+    (dict(decay="selective"), False),
+    (dict(mixer="s5", ssm_size=8, ssm_blocks=2, chunk_size=64), False),
+], ids=["lion_lit", "lion_d", "lion_s_code_convention", "lion_s", "s5"])
+def test_without_positions_a_mask_of_distance_alone_cannot_tell_a_sequence_from_its_reverse(
+    fields, blind):
+  # Reversing the input reverses every layer's outputs when the mask is λ^|i−j| (or any mask
+  # that reads the same both ways), and mean pooling then gives identical logits: no token
+  # can tell left from right, as ListOps' brackets need. positional="auto" adds positions
+  # exactly to those models.
+  lion_fields = {} if fields.get("mixer") == "s5" else dict(v_init="lecun")
+  model = build("listops", num_layers=2, positional="none", **lion_fields, **fields)
+  assert model.config.direction_blind == blind
+  assert build("listops", **fields).config.position_encoding == (
+      "sinusoidal" if blind else "none")
+  model.eval()
+  x = jax.random.randint(jax.random.key(3), (4, 24), 1, TASKS["listops"][1])
+  lengths = jnp.full((4,), 24)
+  logits, reversed_logits = model(x, lengths), model(x[:, ::-1], lengths)
+  difference = float(jnp.max(jnp.abs(logits - reversed_logits)))
+  scale = float(jnp.max(jnp.abs(logits)))
+  if blind:
+    assert difference <= 1e-5 * scale
+  else:
+    assert difference > 1e-3 * scale
+  with_positions = build("listops", num_layers=2, positional="sinusoidal", **lion_fields, **fields)
+  with_positions.eval()
+  assert float(jnp.max(jnp.abs(with_positions(x, lengths)
+                               - with_positions(x[:, ::-1], lengths)))) > 1e-3 * scale
