@@ -24,7 +24,9 @@ same branch overhead. Prints each case's branch and its time relative to the fac
 `--preset TASK` sizes every layer as configs/<TASK>.py trains it: LION at `:lion_s`'s d_model,
 heads and chunk, S5 at `:s5`'s d_model, P and J (the release script's), and drops the softmax
 layer. It adds XLA's FLOP and byte counts of each fwd+bwd, so that a time ratio can be read
-against the work ratio: S5's ListOps layer (P = 16) does a small fraction of LION's FLOPs.
+against the work ratio: S5's ListOps layer (P = 16) does a small fraction of LION's FLOPs. It
+also times "LION projections only", the five d×d matmuls of a LION-S vector layer without
+the attention between them: no LION layer of that width can be faster.
 
 Writes layers.json and layers.png to bench/results/ (git-ignored; `--publish`: docs/bench/).
 """
@@ -68,6 +70,19 @@ def apply_preset(args):
   args.with_softmax = False
 
 
+class ProjectionsOnly(nnx.Module):
+  """A LION-S vector layer's dense maps alone (W_q, W_k, W_v, the gate and W_o: five d×d
+  matmuls per token), with no attention between them: the floor under any LION layer this wide."""
+
+  def __init__(self, d_model, *, rngs):
+    linear = lambda bias: nnx.Linear(d_model, d_model, use_bias=bias, rngs=rngs)
+    self.q, self.k, self.v, self.gate, self.out = (linear(False), linear(False), linear(False),
+                                                   linear(True), linear(True))
+
+  def __call__(self, x):
+    return self.out(self.q(x) * self.k(x) + self.v(x) * jax.nn.sigmoid(self.gate(x)))
+
+
 def make_layers(args):
   """name -> (module factory, info)."""
   layers = {}
@@ -79,6 +94,9 @@ def make_layers(args):
       layers[name] = (lambda cfg=cfg: LionMixer(cfg, rngs=nnx.Rngs(0)),
                       dict(family="lion", variant=variant, decay_shape=shape, form="chunk_scan",
                            chunk_size=args.chunk))
+  if args.preset:
+    layers["LION projections only"] = (lambda: ProjectionsOnly(args.d_model, rngs=nnx.Rngs(0)),
+                                       dict(family="floor"))
   if args.with_softmax:
     softmax = ModelConfig(mixer="softmax", d_model=args.d_model, num_heads=args.heads)
     layers["softmax"] = (lambda: SoftmaxMixer(softmax, rngs=nnx.Rngs(0)), dict(family="softmax"))
@@ -265,8 +283,8 @@ def main(argv=None):
 
   # Ratios: other / LION (>1 means LION is faster), fwd+bwd.
   ratio_rows, checks = [], []
-  lions = [n for n in layers if n.startswith("LION")]
-  peers = [n for n in layers if not n.startswith("LION")]
+  lions = [n for n in layers if layers[n][1]["family"] == "lion"]
+  peers = [n for n in layers if layers[n][1]["family"] in ("softmax", "s5")]
   for lion in lions:
     for peer in peers:
       cells = []
