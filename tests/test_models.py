@@ -1,5 +1,6 @@
 """LraClassifier: every preset in every form, padding invariance (BatchNorm included), the
-retrieval two-tower head, gradients to every parameter, train/eval under jit, remat, counts."""
+retrieval two-tower head, gradients to every parameter, train/eval under jit, remat, counts,
+and which models can tell a sequence from its reverse (and so get positions)."""
 
 import jax
 import jax.test_util
@@ -227,6 +228,7 @@ def test_empty_rows_are_inert_in_train_mode():
     (dict(decay="fixed"), True),
     (dict(decay="selective", convention="code"), True),
     (dict(decay="selective"), False),
+    # chunk_size back at its default: build() sets 8, a LION field S5 rejects.
     (dict(mixer="s5", ssm_size=8, ssm_blocks=2, chunk_size=64), False),
 ], ids=["lion_lit", "lion_d", "lion_s_code_convention", "lion_s", "s5"])
 def test_without_positions_a_mask_of_distance_alone_cannot_tell_a_sequence_from_its_reverse(
