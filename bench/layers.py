@@ -248,6 +248,10 @@ def main(argv=None):
   args = p.parse_args(argv)
   args.with_softmax = True
   if args.preset:
+    for name in ("d_model", "heads", "chunk", "ssm_size", "ssm_blocks"):
+      if getattr(args, name) != p.get_default(name):
+        p.error(f"--preset {args.preset} sets --{name.replace('_', '-')} from configs/"
+                f"{args.preset}.py; leave --{name.replace('_', '-')} out, or drop --preset")
     apply_preset(args)
   lengths = harness.lengths_from_args(args, quick=[1024], full=[1024, 4096, 16384])
   passes = [x for x in args.passes.split(",") if x]

@@ -179,7 +179,7 @@ def main(argv=None):
   p.add_argument("--forms", default="chunk_scan:64,chunk_scan:16,rnn:64,attention:64",
                  help="form:chunk list")
   p.add_argument("--batch", type=int, default=2)
-  p.add_argument("--preset", default="",
+  p.add_argument("--preset", default="", choices=("", "runlocal", "cpu", "cpu_long"),
                  help="a config flag added to every variant, e.g. cpu_long: time the steps a "
                       "sweep at that preset trains (its width, depth, heads and length)")
   p.add_argument("--check-steps", type=int, default=6)

@@ -103,6 +103,39 @@ def _check_fields(present: set[str], valid: tuple[str, ...], where: str) -> None
     raise ValueError(f"{where} lacks field(s) {', '.join(missing)}; start from configs/<task>.py")
 
 
+# Model fields a resumed run may change: they choose how the same parameters are evaluated, not
+# which function they compute (every form equals the others, docs/math.md §3).
+RESUMABLE_MODEL_FIELDS = frozenset({"form", "chunk_size", "state_pass", "remat"})
+
+
+def check_resumed_model(config: config_dict.ConfigDict, workdir: Path) -> None:
+  """A run that has checkpoints resumes only with the model it was trained with.
+
+  Defaults change between versions (`positional`, `v_init`, the selective gate), and a config
+  rebuilt from `configs/<task>.py` picks up the new ones. The parameter tree often stays the
+  same, so the restore would succeed and silently continue a different model.
+
+  Raises:
+    ValueError: naming each changed `model.<field>` with the stored and the new value, and the
+      override that resumes the run as it was trained.
+  """
+  stored_path = workdir / "config.json"
+  checkpoints = workdir / "checkpoints"
+  if not (stored_path.is_file() and checkpoints.is_dir() and any(checkpoints.iterdir())):
+    return
+  stored = json.loads(stored_path.read_text()).get("model", {})
+  current = json.loads(config.model.to_json_best_effort())  # tuples as lists, as stored
+  changed = {name: (stored[name], current.get(name)) for name in sorted(stored)
+             if name not in RESUMABLE_MODEL_FIELDS and stored[name] != current.get(name)}
+  if changed:
+    fields = ", ".join(f"model.{name}: {old!r} in {stored_path}, {new!r} now"
+                       for name, (old, new) in changed.items())
+    overrides = " ".join(f"--config.model.{name}={old}" for name, (old, _) in changed.items())
+    raise ValueError(f"{workdir} holds checkpoints of a different model ({fields}). Resume it as "
+                     f"trained with `{overrides}` or with `--config=configs/workdir.py:{workdir}` "
+                     "(the run's own config.json), or start a new --workdir.")
+
+
 def eval_form(config: config_dict.ConfigDict) -> str:
   """The evaluation form: `config.eval_form`, or the training form when empty."""
   return config.eval_form or config.model.form
@@ -318,6 +351,7 @@ def train_and_evaluate(config: config_dict.ConfigDict, workdir: str,
   model_config = check_config(config)
   workdir = Path(workdir)
   is_main = jax.process_index() == 0
+  check_resumed_model(config, workdir)
   if is_main:
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "config.json").write_text(config.to_json_best_effort(indent=2) + "\n")

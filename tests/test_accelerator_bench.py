@@ -110,3 +110,25 @@ def test_correctness_errors_count_nan_as_failure_and_scale_by_the_reference():
   assert accelerator._relative_error([float("nan"), 1.0], [1.0, 1.0]) == float("inf")
   assert accelerator._relative_error([2.0, 0.0], [1.0, 0.0]) == pytest.approx(1.0)
   assert accelerator._relative_error([1.001, 0.0], [1.0, 0.0]) <= accelerator.TOLERANCE["float32"]
+
+
+def test_layer_bench_preset_sizes_lion_and_s5_as_their_task_configs_train_them(capsys):
+  import layers  # noqa: E402  pylint: disable=import-outside-toplevel
+  from configs import listops  # pylint: disable=import-outside-toplevel
+  args = argparse.Namespace(preset="listops")
+  layers.apply_preset(args)
+  lion, s5 = listops.get_config("lion_s").model, listops.get_config("s5").model
+  assert (args.d_model, args.heads, args.chunk) == (lion.d_model, lion.num_heads, lion.chunk_size)
+  assert (args.ssm_size, args.ssm_blocks) == (s5.ssm_size, s5.ssm_blocks) == (16, 8)
+  assert not args.with_softmax
+  with pytest.raises(SystemExit):
+    layers.main(["--preset", "listops", "--d-model", "64"])
+  assert "--preset listops sets --d-model" in capsys.readouterr().err
+
+
+def test_compiled_cases_carry_xla_flop_and_byte_counts():
+  n = 64
+  case = harness.compile_case(harness.Case("matmul", jax.jit(lambda a: a @ a),
+                                           (jnp.ones((n, n)),)))
+  assert case.result["xla_flops"] == 2 * n ** 3
+  assert case.result["xla_bytes_accessed"] >= 2 * 4 * n * n  # reads a, writes a @ a

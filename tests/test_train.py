@@ -163,6 +163,21 @@ def test_resume_after_interruption_matches_an_uninterrupted_run(finished_run, da
   assert again["test_accuracy"] == full["test_accuracy"] and again["compiles"]["train_step"] == 0
 
 
+def test_a_run_with_checkpoints_resumes_only_with_the_model_it_was_trained_with(finished_run):
+  # A default that changed since the run started (here: positions) must not slip silently into
+  # the model a checkpoint is restored into; the error names the field and the fix.
+  from configs import workdir as workdir_config  # pylint: disable=import-outside-toplevel
+  config, workdir, _ = finished_run
+  changed = tiny_config(config.data_dir, **{"model.positional": "sinusoidal"})
+  with pytest.raises(ValueError, match=r"model\.positional: 'auto' in .*config\.json, "
+                                       r"'sinusoidal' now.*--config\.model\.positional=auto"):
+    train.train_and_evaluate(changed, str(workdir), progress=False)
+  assert json.loads((workdir / "config.json").read_text())["model"]["positional"] == "auto"
+  # How the same parameters are evaluated may change; the run's own config.json always fits.
+  train.check_resumed_model(tiny_config(config.data_dir, **{"model.form": "rnn"}), workdir)
+  train.check_resumed_model(workdir_config.get_config(str(workdir)), workdir)
+
+
 def test_test_accuracy_comes_from_the_best_validation_checkpoint(data_dir, tmp_path, monkeypatch):
   config = tiny_config(data_dir, num_train_steps=9)
   real_eval = train.run_eval
