@@ -234,7 +234,7 @@ def _vector_inputs_spanning(span_per_chunk, length=37, seed=11):
 W = chunkwise.factored_exponent_limit(np.float32)
 # Spans per chunk of CHUNK = 16 on either side of each branch's range: the factored block holds
 # while a chunk spans ≤ 2W, the halving block while each half (8 tokens, half the span) does.
-BRANCH_SPANS = {"factored": (2 * W - 0.5, "_factored_block", 0),
+BRANCH_SPANS = {"factored": (2 * W - 0.5, "_factored_kernel", 0),
                 "halved_low": (2 * W + 0.5, "_halving_block", 1),
                 "halved_high": (4 * W - 1.0, "_halving_block", 1),
                 "exact": (4 * W + 1.0, "_exact_vector_block", 2)}
@@ -303,7 +303,7 @@ def test_guard_sends_chunks_to_the_coarsest_block_whose_range_holds(monkeypatch,
                                               chunk_size=CHUNK))
       return np.asarray(run(*inputs))
 
-  for other in {"_factored_block", "_halving_block", "_exact_vector_block"} - {taken}:
+  for other in {"_factored_kernel", "_halving_block", "_exact_vector_block"} - {taken}:
     assert np.all(np.isfinite(output_with_poisoned(other))), f"{other} ran, not {taken}"
   assert not np.all(np.isfinite(output_with_poisoned(taken))), f"{taken} was not used at all"
 
@@ -343,7 +343,7 @@ def test_vmapped_examples_on_either_side_of_the_range_get_exact_finite_gradients
                                    "halving_beyond"])
 def test_factored_blocks_alone_break_beyond_their_range_which_is_why_they_are_guarded(
     block, limits, works):
-  """Run directly on chunks, the factored block equals the definition while a chunk's decays span
+  """Run directly on chunks, the factored kernel equals the definition while a chunk's decays span
   less than 2W, and the halving block (one halving) while each half does, i.e. up to 4W (the
   positive controls: this harness chunks correctly); at 3W, and 6W for the halving block, their
   factors overflow float32 and they are far off. The public function switches blocks there."""
@@ -352,10 +352,13 @@ def test_factored_blocks_alone_break_beyond_their_range_which_is_why_they_are_gu
   to_chunks = lambda x: jnp.moveaxis(jnp.asarray(x, jnp.float32), 2, 1).reshape(
       B, H, 2, CHUNK, x.shape[-1])
   within_chunks = log_decay.reshape(B, 2, CHUNK, H, V).cumsum(2).reshape(log_decay.shape)
-  intra_block = {"factored": chunkwise._factored_block,
-                 "halving": lambda *operands: chunkwise._halving_block(*operands, 1)}[block]
-  factored, _ = chunkwise._chunk_kernel(*map(to_chunks, (q, k, v, within_chunks, within_chunks)),
-                                        intra_block, chunkwise.STATE_PASSES["scan"])
+  chunked = tuple(map(to_chunks, (q, k, v, within_chunks, within_chunks)))
+  if block == "factored":
+    factored, _ = chunkwise._factored_kernel(*chunked, chunkwise.STATE_PASSES["scan"])
+  else:
+    factored, _ = chunkwise._chunk_kernel(
+        *chunked, lambda *operands: chunkwise._halving_block(*operands, 1),
+        chunkwise.STATE_PASSES["scan"])
   expected = reference_lion(q, k, v, log_decay, normalize="none")
   factored = np.asarray(jnp.moveaxis(factored.reshape(B, H, 2 * CHUNK, V), 1, 2))
   if works:
