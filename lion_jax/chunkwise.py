@@ -252,10 +252,8 @@ def _chunk_kernel(q, k, u, fwd, bwd, intra_block, entering_states):
   return out, key_sums
 
 
-# Only the matmul results are saved for the backward pass; the O(C·E) factors and masks are
-# recomputed (fwd+bwd of vector-decay attention at L = 4K, B = 2, H = 4: 367 -> 359 MB).
-@functools.partial(jax.checkpoint, policy=jax.checkpoint_policies.dots_saveable,
-                   static_argnums=(5,))
+# Not rematerialised as a whole (`dots_saveable`, as the factored block before it was): that
+# recomputes the state scan in the backward pass, 10-15% slower at head width 64.
 def _factored_kernel(q, k, u, fwd, bwd, entering_states):
   """The chunk kernel with one decay per carried channel, for chunks that factor whole.
 
@@ -269,7 +267,9 @@ def _factored_kernel(q, k, u, fwd, bwd, entering_states):
     e^{F_r − R} ⊙ (Σ_{c<r} s_rc x_c + q_r·e^{R} S^fwd) + e^{R' − A_r} ⊙ (Σ_{c>r} s_rc y_c + q_r·e^{Ā − R'} S^bwd) + s_rr u_r:
   two scaled copies of the values and two output scales in all, where `_chunk_kernel` with a
   factored same-chunk block would scale values and outputs once for the block and again for
-  the states (this kernel: 4-6% faster, fwd+bwd at L = 4K, B = 2, H = 4, K = 32, E = 64).
+  the states. Each bracket is one matmul over the chunk's C keys and the state's K rows
+  (fwd+bwd, B = 2, against the block-plus-states kernel: 0.90-0.92× at head width 32,
+  0.94-1.00× at width 64, docs/benchmarks.md §1).
   Every factor is ≤ e^{W} (the factored range) and the chunk-level ones e^{R}, e^{F̄ − R},
   e^{R'}, e^{Ā − R'} are ≤ 1.
 
@@ -305,10 +305,16 @@ def _factored_kernel(q, k, u, fwd, bwd, entering_states):
   size = scores.shape[-1]
   row = jnp.arange(size)[:, None]
   col = jnp.arange(size)[None, :]
-  lower = (jnp.einsum("bhnrc,bhnce->bhnre", jnp.where(row > col, scores, 0.0), from_left)
-           + jnp.einsum("bhnrk,bhnke->bhnre", q, forward_state))  # [B, H, N, C, E]
-  upper = (jnp.einsum("bhnrc,bhnce->bhnre", jnp.where(row < col, scores, 0.0), from_right)
-           + jnp.einsum("bhnrk,bhnke->bhnre", q, backward_state))
+  # Each direction's same-chunk keys and entering state in one contraction over C + K: one
+  # larger matmul instead of two. Rematerialised, so that the concatenated copies are not kept
+  # for the backward pass (they cost 7-13% more memory).
+  @jax.checkpoint
+  def keys_and_state(mask, values, state):  # [C, C], [B, H, N, C, E], [B, H, N, K, E]
+    return jnp.einsum("bhnrj,bhnje->bhnre",
+                      jnp.concatenate([jnp.where(mask, scores, 0.0), q], axis=-1),
+                      jnp.concatenate([values, state], axis=-2))
+  lower = keys_and_state(row > col, from_left, forward_state)  # [B, H, N, C, E]
+  upper = keys_and_state(row < col, from_right, backward_state)
   on_diagonal = _diagonal_blocks(scores, 1)[..., 0] * u  # [B, H, N, C, 1] * [B, H, N, C, E]
   return factor(below) * lower + factor(-above) * upper + on_diagonal, None
 
