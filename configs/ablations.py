@@ -19,9 +19,10 @@ results are compared against (the paper's Tables 3 and 6). Known problems with t
   (S5, LRA) for every row, so the Table 6 Text numbers may come from shorter inputs.
 * Table 6 repeats suspicious values: [5] and [6] share ListOps 60.12, [2]'s 36.37 is the
   Transformer's and [4]'s 58.76 is MEGA-chunk's (possible copy errors).
-* Row [6] ("HiPPO decays, no selectivity") is, as described, the same model as LION-D
-  (w/ HiPPO), yet the two rows differ (84.64 vs 85.63 average). Here `abl6_no_selectivity`
-  and `lion_d` are the same config, so with the same seed they train identically.
+* Row [6] ("HiPPO decays, no selectivity") reads like LION-D (w/ HiPPO), yet the two rows
+  differ (84.64 vs 85.63 average). Here `abl6_no_selectivity` is the HiPPO base alone
+  (`lion_d_ungated`) and `lion_d` keeps a learnt, input-independent gate σ(b) on that base
+  (docs/math.md §5.3), so the two rows are different models here too.
 
 How each row is read where the paper's text is ambiguous (row [7] in particular), with
 measurements: docs/paper_notes.md.
@@ -50,8 +51,9 @@ ABLATION_VARIANTS: dict[str, dict[str, Any]] = {
     # [5]: Scale(QKᵀ) ⊙ M, the normaliser without the decays (table label "scaled attention
     # w.o mask", which App. D.3 calls scaling before the mask; docs/math.md §1.3).
     "abl5_scale_before_mask": {"model.normalize": "before"},
-    # [6]: the HiPPO base decay alone, no input-dependent part; identical to `lion_d` here.
-    "abl6_no_selectivity": {"model.decay": "fixed"},
+    # [6]: "HiPPO only", the base decay alone with no gate at all: `lion_d_ungated`. (`lion_d`
+    # keeps the gate's learnt bias σ(b), docs/math.md §5.3.)
+    "abl6_no_selectivity": {"model.decay": "fixed", "model.fixed_gate": False},
     # [7]: "SoftPlus activation for a_i", read as a softplus selective step,
     # log λ = B · softplus(z + c): λ ∈ (0, 1), the decay rate unbounded above, the base decay
     # at z = 0 (`lion_jax.decay`). The literal a = B + softplus(z) puts λ > 1 at init and
@@ -70,6 +72,9 @@ ABLATION_VARIANTS: dict[str, dict[str, Any]] = {
     # near the label prior on long ListOps; by default (`positional="auto"`) they get sinusoidal
     # positions (docs/math.md §5.2, docs/paper_notes.md §14).
     "lion_d_no_positions": {"model.decay": "fixed", "model.positional": "none"},
+    # LION-D as App. D.2 reads literally: the HiPPO base decay alone, no learnt gate σ(b) on top
+    # (docs/math.md §5.3, docs/paper_notes.md §15).
+    "lion_d_ungated": {"model.decay": "fixed", "model.fixed_gate": False},
     "lion_lit_no_positions": {"model.decay": "lit", "model.positional": "none"},
 }
 
@@ -82,7 +87,8 @@ GROUPS: dict[str, tuple[str, ...]] = {
     # LION-S with each selective mode (docs/paper_notes.md, "The default selective mode").
     "selective": ("lion_s", "abl7_softplus", "lion_s_sigmoid_dt", "lion_s_paper_literal"),
     # The long-memory question of Table 3 (HiPPO vs random init), for the `cpu_long` preset.
-    "hippo_vs_random": ("lion_s", "lion_d", "lion_s_random", "lion_d_random", "lion_s_zoh"),
+    "hippo_vs_random": ("lion_s", "lion_d", "lion_s_random", "lion_d_random", "lion_s_zoh",
+                        "lion_d_ungated"),
     # Direction-blind masks with and without positions (docs/paper_notes.md §14).
     "positions": ("lion_lit_no_positions", "lion_lit", "lion_d_no_positions", "lion_d"),
     # LION♮ (paper §C.11) against the raster rows, for the image tasks (others skip the snakes).
@@ -110,6 +116,7 @@ LABELS: dict[str, str] = {
     "lion_s_sigmoid_dt": "LION-S, gate scales the HiPPO rate",
     "lion_s_zoh": "LION-S, literal ZOH init (earlier default)",
     "lion_d_no_positions": "LION-D (w/ HiPPO), no positions (earlier default)",
+    "lion_d_ungated": "LION-D (w/ HiPPO), no gate (App. D.2 literal)",
     "lion_lit_no_positions": "LION-LIT, no positions (earlier default)",
     "lion_s_paper_literal": "LION-S, Sec. 4.5 literal (clamped)",
     "lion_s_snake": "LION-S♮ (snake orders)",

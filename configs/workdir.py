@@ -12,6 +12,7 @@ from pathlib import Path
 from ml_collections import config_dict
 
 from configs import common
+from lion_jax.config import VALUES_BEFORE_FIELD
 
 
 def get_config(workdir):
@@ -25,6 +26,7 @@ def get_config(workdir):
   # JSON keeps tuples as lists; runs written before `mesh` existed were all-data.
   values["mesh"] = tuple(values.get("mesh", common.DEFAULT_MESH))
   config = config_dict.ConfigDict({k: v for k, v in values.items() if k != "model"})
-  common.set_fields(model, values["model"], str(path))
+  # A field the run predates takes the value that reproduces its model (LION-D before its gate).
+  common.set_fields(model, {**VALUES_BEFORE_FIELD, **values["model"]}, str(path))
   config.model = model
   return config

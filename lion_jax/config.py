@@ -81,8 +81,14 @@ class ModelConfig:
   # `lion_jax.decay.selective_log_decay`.
   selective_mode: str = "log_additive"
   # Bias of the selective gate at init; None picks the mode's default (+1 for log_additive: a
-  # memory of about 3 tokens per token at init, docs/math.md §5; else 0).
+  # memory of about 3 tokens per token at init, docs/math.md §5; else 0). With fixed_gate it is
+  # also where LION-D's gate logit b starts.
   selective_bias_init: float | None = None
+  # LION-D (decay="fixed"): log λ = B + log σ(b), the base B times a learnt σ(b) per decay channel
+  # (paper Sec. 3.3's LION-D λ = σ(a) on the HiPPO base): LION-S's default gate without its input
+  # weights. b starts at selective_bias_init (default +1, memories of about 3 tokens) and opens
+  # towards the base's memory. False: log λ = B alone, App. D.2 read literally (docs/math.md §5.3).
+  fixed_gate: bool = True
   # Standard deviation of the selective gate weights and of W_q, W_k at init (paper D.2: 0.1).
   selective_init_std: float = 0.1
   qk_init_std: float = 0.1
@@ -248,12 +254,17 @@ class ModelConfig:
     return dataclasses.replace(self, **overrides)
 
 
+# Fields added after runs were first stored, with the value that gives a stored config lacking
+# them the model it was trained with (`configs/workdir.py`, `lra.train.check_resumed_model`).
+VALUES_BEFORE_FIELD: dict[str, object] = {"fixed_gate": False}
+
+
 # The fields only one mixer reads (dt_min/dt_max serve LION's HiPPO decays and S5's Δ alike).
 MIXER_FIELDS: dict[str, tuple[str, ...]] = {
     "lion": ("feature_map", "key_dim", "decay", "decay_shape", "decay_param", "selective_mode",
-             "selective_bias_init", "selective_init_std", "qk_init_std", "decay_init", "v_init",
-             "normalize", "convention", "output_proj", "eps", "form", "chunk_size", "scan_order",
-             "sequence_axis", "state_pass"),
+             "selective_bias_init", "fixed_gate", "selective_init_std", "qk_init_std",
+             "decay_init", "v_init", "normalize", "convention", "output_proj", "eps", "form",
+             "chunk_size", "scan_order", "sequence_axis", "state_pass"),
     "s5": ("ssm_size", "ssm_blocks", "conj_sym", "clip_eigs", "c_init", "dt_global", "ssm_scan"),
     "softmax": ("attention_dim",),
 }

@@ -14,6 +14,8 @@ Parameter names (for optimiser partitions; every decay parameter has "decay" in 
   decay_base                                       [H, G] base decay ρ (log λ = −e^ρ) or a (λ = σ(a));
                                                    absent for decay="lit". The HiPPO/Δ part: no WD.
   decay_gate/kernel, decay_gate/bias               [M, H·G], [H·G] selective gate (decay="selective")
+  decay_gate                                       [H, G] LION-D's gate logit b, log λ = B + log σ(b)
+                                                   (decay="fixed" with fixed_gate)
   column_decay_base, column_decay_gate/...         the column snake's own decay_base and decay_gate
                                                    (scan_order="snake"/"snake_outputs", LION♮;
                                                    decay_base/decay_gate then belong to the row snake)
@@ -144,6 +146,8 @@ class LionMixer(nnx.Module):
       # image code, which detaches it; docs/math.md §5).
       logits = logits.astype(jnp.promote_types(logits.dtype, jnp.float32))  # bf16 -> f32, f64 stays
       out = decay_lib.selective_log_decay(base, logits, config.selective_mode)
+    elif decay_gate is not None:  # LION-D's gate: the log_additive form with z = b, no input
+      out = decay_lib.selective_log_decay(base, decay_gate[...], "log_additive")  # [H, G]
     else:
       out = base
     return out[..., 0] if self.groups == 1 else out
@@ -189,10 +193,16 @@ def _decay_parameters(config: ModelConfig, groups: int, log_lambda, rngs: nnx.Rn
     rngs: parameter randomness (the gate's kernel).
 
   Returns:
-    (base, gate): an nnx.Param [H, G] or None (LIT), and an nnx.Linear M → H·G or None.
+    (base, gate): an nnx.Param [H, G] or None (LIT), and the gate: an nnx.Linear M → H·G
+    (selective), an nnx.Param [H, G] of logits (fixed with `fixed_gate`) or None.
   """
   base = (None if config.decay == "lit" else
           nnx.Param(decay_lib.to_param(log_lambda, config.decay_param)))
+  if config.decay == "fixed" and config.fixed_gate:
+    bias = config.selective_bias_init
+    if bias is None:
+      bias = decay_lib.DEFAULT_SELECTIVE_BIAS["log_additive"]
+    return base, nnx.Param(jnp.full(log_lambda.shape, bias, jnp.float32))
   if config.decay != "selective":
     return base, None
   bias = config.selective_bias_init

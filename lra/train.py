@@ -30,7 +30,7 @@ import tqdm
 from jax.experimental import multihost_utils
 from ml_collections import config_dict
 
-from lion_jax.config import ModelConfig
+from lion_jax.config import VALUES_BEFORE_FIELD, ModelConfig
 from lra import checkpoint, metrics, optim, steps
 from lra.data.batching import make_loader
 from lra.data.errors import MissingDataError
@@ -123,10 +123,12 @@ def check_resumed_model(config: config_dict.ConfigDict, workdir: Path) -> None:
   checkpoints = workdir / "checkpoints"
   if not (stored_path.is_file() and checkpoints.is_dir() and any(checkpoints.iterdir())):
     return
-  stored = json.loads(stored_path.read_text()).get("model", {})
+  stored = {**VALUES_BEFORE_FIELD, **json.loads(stored_path.read_text()).get("model", {})}
   current = json.loads(config.model.to_json_best_effort())  # tuples as lists, as stored
+  read = lambda name: name != "fixed_gate" or current.get("decay") == "fixed"  # LION-D's alone
   changed = {name: (stored[name], current.get(name)) for name in sorted(stored)
-             if name not in RESUMABLE_MODEL_FIELDS and stored[name] != current.get(name)}
+             if name not in RESUMABLE_MODEL_FIELDS and read(name)
+             and stored[name] != current.get(name)}
   if changed:
     fields = ", ".join(f"model.{name}: {old!r} in {stored_path}, {new!r} now"
                        for name, (old, new) in changed.items())

@@ -27,12 +27,13 @@ EXPECTED = {
     "abl3_scalar_decay": {"model.decay_shape": "scalar"},
     "abl4_unscaled": {"model.normalize": "none"},
     "abl5_scale_before_mask": {"model.normalize": "before"},
-    "abl6_no_selectivity": {"model.decay": "fixed"},
+    "abl6_no_selectivity": {"model.decay": "fixed", "model.fixed_gate": False},
     "abl7_softplus": {"model.selective_mode": "softplus_dt"},
     "lion_s_sigmoid_dt": {"model.selective_mode": "sigmoid_dt"},
     "lion_s_zoh": {"model.selective_mode": "sigmoid_dt", "model.v_init": "zoh_diag"},
     "lion_s_paper_literal": {"model.selective_mode": "paper_literal"},
     "lion_d_no_positions": {"model.decay": "fixed", "model.positional": "none"},
+    "lion_d_ungated": {"model.decay": "fixed", "model.fixed_gate": False},
     "lion_lit_no_positions": {"model.decay": "lit", "model.positional": "none"},
 }
 TRAINABLE_TASKS = ("listops", "text", "retrieval", "image", "pathfinder")  # Path-X: slow only

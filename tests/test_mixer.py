@@ -232,6 +232,48 @@ def test_default_gate_starts_short_and_opens_to_the_hippo_memory():
   np.testing.assert_allclose(opened, np.broadcast_to(base, log_lam.shape), rtol=1e-6)
 
 
+def local_share(log_lambda, length=512, reach=8):
+  """Share of a middle row's mask weight λ^|i−j| within ±reach tokens, per decay channel."""
+  distance = np.abs(np.arange(length) - length // 2)  # [L]
+  weights = np.exp(np.asarray(log_lambda, np.float64)[..., None] * distance)  # [..., L]
+  return weights[..., distance <= reach].sum(-1) / weights.sum(-1)
+
+
+@pytest.mark.parametrize("gated", [True, False], ids=["default", "ungated"])
+def test_default_lion_d_gate_starts_local_and_opens_to_the_hippo_memory(gated):
+  """LION-D's decay is log λ = B + log σ(b): LION-S's default gate without its input weights
+  (docs/math.md §5.3). With b = 1 every channel starts with a memory of about 3 tokens, so
+  almost all of a row's weight is local, as with the random init that trained better on long
+  ListOps; an open gate (b → ∞) reaches the HiPPO base, the longest memory the channel has.
+  Without the gate (`lion_d_ungated`, App. D.2 literally) the HiPPO memories of 20-2000 tokens
+  spread each row over the sequence: this test fails with that init."""
+  config = preset("listops", num_layers=1, decay="fixed", fixed_gate=gated)
+  mixer = LionMixer(config, rngs=nnx.Rngs(0))
+  x = jax.random.normal(jax.random.key(1), (2, 512, config.d_model))
+  log_lam = np.asarray(mixer.log_decay(x))  # [H, V]
+  base = np.asarray(decay_lib.base_log_decay(mixer.decay_base[...], "neg_exp"))  # [H, V]
+  share = local_share(log_lam)
+  if not gated:
+    assert mixer.decay_gate is None
+    np.testing.assert_array_equal(log_lam, base)
+    assert np.median(share) < 0.2  # measured: 0.06
+    return
+  np.testing.assert_array_equal(mixer.decay_gate[...], 1.0)
+  np.testing.assert_allclose(log_lam, base + np.log(1 / (1 + np.exp(-1.0))), rtol=1e-6)
+  assert share.min() > 0.9  # measured: 0.93-0.95
+  mixer.decay_gate[...] = jnp.full(log_lam.shape, 30.0)
+  np.testing.assert_allclose(mixer.log_decay(x), base, rtol=1e-6)
+
+
+def test_lion_d_gate_and_base_receive_gradients():
+  mixer = LionMixer(small(decay="fixed", v_init="lecun"), rngs=nnx.Rngs(0))
+  x, mask = mixer_inputs(length=12)
+  grads = nnx.jit(nnx.grad(lambda m: jnp.sum(jnp.sin(3.0 * m(x, mask)))))(mixer)
+  paths = {"/".join(map(str, path)): leaf for path, leaf in nnx.to_flat_state(grads)}
+  for name in ("decay_base", "decay_gate"):
+    assert float(jnp.abs(paths[name][...]).sum()) > 0.0, name
+
+
 # The earlier default, the paper's ZOH reading taken literally (variant `lion_s_zoh`), which
 # stayed near the label prior on long ListOps (docs/paper_notes.md §13).
 LITERAL_ZOH = dict(selective_mode="sigmoid_dt", v_init="zoh_diag")

@@ -5,6 +5,7 @@ whole file takes well under a minute of compute on two cores.
 """
 
 import json
+import shutil
 from pathlib import Path
 
 import jax
@@ -175,6 +176,28 @@ def test_a_run_with_checkpoints_resumes_only_with_the_model_it_was_trained_with(
   assert json.loads((workdir / "config.json").read_text())["model"]["positional"] == "auto"
   # How the same parameters are evaluated may change; the run's own config.json always fits.
   train.check_resumed_model(tiny_config(config.data_dir, **{"model.form": "rnn"}), workdir)
+  train.check_resumed_model(workdir_config.get_config(str(workdir)), workdir)
+
+
+def test_a_run_stored_before_a_model_field_existed_resumes_as_it_was_trained(finished_run,
+                                                                            tmp_path):
+  # LION-D runs stored before its gate existed (no `fixed_gate` in config.json) were ungated:
+  # their own config rebuilds them so, and today's gated LION-D is refused with the fix named.
+  # A model that does not read the field (here LION-S) resumes as before.
+  from configs import workdir as workdir_config  # pylint: disable=import-outside-toplevel
+  config, finished, _ = finished_run
+  workdir = tmp_path / "run"
+  shutil.copytree(finished, workdir)  # the shared run stays as it is
+  stored = json.loads((workdir / "config.json").read_text())
+  stored["model"].pop("fixed_gate")
+  (workdir / "config.json").write_text(json.dumps(stored))
+  train.check_resumed_model(tiny_config(config.data_dir), workdir)
+  assert workdir_config.get_config(str(workdir)).model.fixed_gate is False
+  stored["model"]["decay"] = "fixed"
+  (workdir / "config.json").write_text(json.dumps(stored))
+  with pytest.raises(ValueError,
+                     match=r"model\.fixed_gate: False in .*--config\.model\.fixed_gate=False"):
+    train.check_resumed_model(tiny_config(config.data_dir, **{"model.decay": "fixed"}), workdir)
   train.check_resumed_model(workdir_config.get_config(str(workdir)), workdir)
 
 
