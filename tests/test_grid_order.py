@@ -336,7 +336,8 @@ def test_snake_mixer_owns_a_second_decay_set_that_the_optimiser_files_under_deca
   raster, snake = param_paths(snake_model("raster", decay)), param_paths(snake_model("snake", decay))
   column = {"encoder/blocks/0/mixer/column_decay_base"} | (
       {"encoder/blocks/0/mixer/column_decay_gate/kernel",
-       "encoder/blocks/0/mixer/column_decay_gate/bias"} if decay == "selective" else set())
+       "encoder/blocks/0/mixer/column_decay_gate/bias"} if decay == "selective" else
+      {"encoder/blocks/0/mixer/column_decay_gate"})  # LION-D's gate logits
   assert snake - raster == column and raster <= snake
   groups = (("decay", "decay"), (r"norm|bias|(^|/)scale$", "no_weight_decay"))  # configs/common.py
   assert {optim.group_of(name, groups) for name in column} == {"decay"}

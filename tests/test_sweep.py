@@ -57,8 +57,8 @@ def test_cpu_long_lists_the_long_listops_grid(tmp_path, capsys):
   lines = [shlex.split(line) for line in capsys.readouterr().out.splitlines()]
   assert [line[2].rsplit(":", 1)[1] for line in lines[::2]] == [
       "lion_s,cpu_long", "lion_d,cpu_long", "lion_s_random,cpu_long", "lion_d_random,cpu_long",
-      "lion_s_zoh,cpu_long"]
-  assert len(lines) == 10
+      "lion_s_zoh,cpu_long", "lion_d_ungated,cpu_long"]
+  assert len(lines) == 12
   # The report names the flags as they are typed, so its settings line can be pasted back.
   assert sweep.main(argv[:-1] + ["--report-only"]) == 0
   assert "Sweep settings: `--cpu-long`." in (tmp_path / "results.md").read_text()

@@ -18,14 +18,17 @@ def small_model(decay="selective"):
   return LraClassifier(config, num_classes=3, vocab_size=5, rngs=nnx.Rngs(0))
 
 
-def test_every_parameter_gets_exactly_one_group():
+@pytest.mark.parametrize("decay", ["selective", "fixed"])
+def test_every_parameter_gets_exactly_one_group(decay):
   config = listops.get_config("runlocal")
-  params = nnx.state(small_model(), nnx.Param)
+  params = nnx.state(small_model(decay), nnx.Param)
   table = optim.group_table(params, config.param_groups)
   names = [n for group in table.values() for n in group]
   assert len(names) == len(set(names)) == len(jax.tree.leaves(params))
   assert table["decay"] and all("decay" in n for n in table["decay"])
   assert any(n.endswith("decay_base") for n in table["decay"])
+  # LION-D's gate logits are decay parameters too: no weight decay, the decay learning rate.
+  assert any("mixer/decay_gate" in n for n in table["decay"])
   assert table["no_weight_decay"] and all(
       "norm" in n or n.endswith(("bias", "scale")) for n in table["no_weight_decay"])
   assert any(n.endswith("kernel") for n in table["default"])
