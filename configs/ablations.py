@@ -36,8 +36,10 @@ from typing import Any
 # variant -> dotted-field overrides on top of the task config (whose model is LION-S w/ HiPPO).
 ABLATION_VARIANTS: dict[str, dict[str, Any]] = {
     # Table 3, "w/o HiPPO" rows: the base decay starts at λ = σ(N(0, 1)) (the official
-    # release's LION-D init) instead of the HiPPO/ZOH values (paper Sec. 4.5).
-    "lion_d_random": {"model.decay": "fixed", "model.decay_init": "random"},
+    # release's LION-D init) instead of the HiPPO/ZOH values (paper Sec. 4.5). LION-D's random
+    # row is that λ alone: no learnt gate σ(b) on top (docs/math.md §5.3).
+    "lion_d_random": {"model.decay": "fixed", "model.decay_init": "random",
+                      "model.fixed_gate": False},
     "lion_s_random": {"model.decay_init": "random"},
     # Table 6 [1]: φ = σ on q and k and no normalisation at all, (QKᵀ ⊙ M)V
     # (docs/math.md §1.3).
