@@ -198,16 +198,14 @@ def _decay_parameters(config: ModelConfig, groups: int, log_lambda, rngs: nnx.Rn
   """
   base = (None if config.decay == "lit" else
           nnx.Param(decay_lib.to_param(log_lambda, config.decay_param)))
-  if config.decay == "fixed" and config.fixed_gate:
-    bias = config.selective_bias_init
-    if bias is None:
-      bias = decay_lib.DEFAULT_SELECTIVE_BIAS["log_additive"]
-    return base, nnx.Param(jnp.full(log_lambda.shape, bias, jnp.float32))
-  if config.decay != "selective":
+  fixed_gate = config.decay == "fixed" and config.fixed_gate
+  if config.decay != "selective" and not fixed_gate:
     return base, None
   bias = config.selective_bias_init
-  if bias is None:
-    bias = decay_lib.DEFAULT_SELECTIVE_BIAS[config.selective_mode]
+  if bias is None:  # LION-D's gate is the log_additive form whatever selective_mode says
+    bias = decay_lib.DEFAULT_SELECTIVE_BIAS["log_additive" if fixed_gate else config.selective_mode]
+  if fixed_gate:
+    return base, nnx.Param(jnp.full(log_lambda.shape, bias, jnp.float32))
   gate = nnx.Linear(
       config.d_model, config.num_heads * groups,
       kernel_init=nnx.initializers.normal(config.selective_init_std),

@@ -1,5 +1,6 @@
 """LionMixer, decay parameterisations and ModelConfig: inits, bounds, forms, padding, gradients."""
 
+import dataclasses
 import re
 
 import jax
@@ -263,6 +264,10 @@ def test_default_lion_d_gate_starts_local_and_opens_to_the_hippo_memory(gated):
   assert share.min() > 0.9  # measured: 0.93-0.95
   mixer.decay_gate[...] = jnp.full(log_lam.shape, 30.0)
   np.testing.assert_allclose(mixer.log_decay(x), base, rtol=1e-6)
+  # `selective_bias_init` sets where b starts (LION-S's gate bias field), whatever the mode.
+  half_open = LionMixer(dataclasses.replace(config, selective_bias_init=0.0,
+                                            selective_mode="sigmoid_dt"), rngs=nnx.Rngs(0))
+  np.testing.assert_allclose(half_open.log_decay(x), base + np.log(0.5), rtol=1e-6)
 
 
 def test_lion_d_gate_and_base_receive_gradients():
