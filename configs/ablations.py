@@ -33,6 +33,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from lion_jax.options import ConfigError
+
 # variant -> dotted-field overrides on top of the task config (whose model is LION-S w/ HiPPO).
 ABLATION_VARIANTS: dict[str, dict[str, Any]] = {
     # Table 3, "w/o HiPPO" rows: the base decay starts at λ = σ(N(0, 1)) (the official
@@ -274,5 +276,5 @@ def cpu_long_preset(task: str) -> dict[str, Any]:
     ValueError: for any other task.
   """
   if task != "listops":
-    raise ValueError(f"the cpu_long preset is a ListOps preset, not one for {task!r}")
+    raise ConfigError(f"the cpu_long preset is a ListOps preset, not one for {task!r}")
   return dict(_CPU_LONG)

@@ -16,6 +16,7 @@ dotted-field overrides applied on top of the task's config.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import importlib
 import os
 import typing
@@ -24,6 +25,7 @@ from typing import Any
 from ml_collections import config_dict
 
 from lion_jax.config import MIXER_FIELDS, ModelConfig, preset
+from lion_jax.options import ConfigError
 
 from configs.ablations import ABLATION_VARIANTS, cpu_long_preset, cpu_preset
 
@@ -97,7 +99,7 @@ S5_OPT_CONFIGS = tuple(_S5_SSM_LR)
 def s5_param_groups(opt_config: str, dt_global: bool = False) -> tuple[tuple[str, str], ...]:
   """The `param_groups` of the S5 release's `--opt_config` (and `--dt_global`), see above."""
   if opt_config not in _S5_SSM_LR:
-    raise ValueError(f"opt_config {opt_config!r} is not one of {', '.join(S5_OPT_CONFIGS)}")
+    raise ConfigError(f"opt_config {opt_config!r} is not one of {', '.join(S5_OPT_CONFIGS)}")
   names = _S5_SSM_LR[opt_config] + (() if dt_global else ("log_step",))
   groups = ((rf"(^|/)mixer/({'|'.join(names)})$", "decay"),)
   if opt_config == "BandCdecay":
@@ -172,7 +174,7 @@ def parse_arg(arg: str | None, **spec: Any) -> config_dict.ConfigDict:
     else:
       key, value = item, "True"
     if key not in spec:
-      raise ValueError(f"config argument {key!r} is not one of {', '.join(names)} (got {arg!r})")
+      raise ConfigError(f"config argument {key!r} is not one of {', '.join(names)} (got {arg!r})")
     result[key] = _parse_value(key, value, spec[key])
   return config_dict.ConfigDict(result)
 
@@ -180,7 +182,7 @@ def parse_arg(arg: str | None, **spec: Any) -> config_dict.ConfigDict:
 def _parse_value(key: str, value: str, default: Any) -> Any:
   if isinstance(default, bool):
     if value.lower() not in ("true", "false", "1", "0"):
-      raise ValueError(f"config argument {key}={value!r} is not a boolean")
+      raise ConfigError(f"config argument {key}={value!r} is not a boolean")
     return value.lower() in ("true", "1")
   return type(default)(value) if default is not None else value
 
@@ -208,15 +210,38 @@ def _non_none_type(hint: Any) -> type:
   return (typing.get_origin(args[0]) or args[0]) if args else str
 
 
+def unknown_field(config: config_dict.ConfigDict, dotted: str) -> ConfigError | None:
+  """The error for setting `config.<dotted>` when a part of that path is not a field, else None.
+
+  The message names the full path, the nearest valid names and every field where the path
+  leaves the config.
+  """
+  node, path = config, "config"
+  for name in dotted.split("."):
+    fields = tuple(node) if isinstance(node, config_dict.ConfigDict) else ()
+    if name not in fields:
+      near = difflib.get_close_matches(name, fields, n=3, cutoff=0.6)
+      hint = f"; did you mean {', '.join(f'{path}.{n}' for n in near)}?" if near else ""
+      return ConfigError(f"unknown config field config.{dotted}{hint} Fields of {path}: "
+                         f"{', '.join(sorted(fields)) or 'none, it is not a group of fields'}.")
+    node, path = node[name], f"{path}.{name}"
+  return None
+
+
 def set_fields(config: config_dict.ConfigDict, overrides: dict[str, Any], source: str) -> None:
-  """Sets dotted fields; an unknown field raises a KeyError naming it and `source`."""
+  """Sets dotted fields.
+
+  Raises:
+    ConfigError: for an unknown field, naming `source`, the field and the nearest valid ones.
+  """
   for dotted, value in overrides.items():
+    error = unknown_field(config, dotted)
+    if error is not None:
+      raise ConfigError(f"{source} sets an {error}")
     *parents, leaf = dotted.split(".")
     node = config
     for name in parents:
       node = node[name]
-    if leaf not in node:
-      raise KeyError(f"{source} sets unknown config field {dotted!r}; fields there: {', '.join(node)}")
     node[leaf] = value
 
 
@@ -244,7 +269,7 @@ def get_base_config(task: str, arg: str | None, *, batch_size: int, num_epochs: 
   variants = task_variants(task) | {name: {**BASELINE_VARIANTS[name], **fields}
                                     for name, fields in (baselines or {}).items()}
   if args.variant not in variants:
-    raise ValueError(f"unknown variant {args.variant!r}; known variants: {', '.join(variants)}")
+    raise ConfigError(f"unknown variant {args.variant!r}; known variants: {', '.join(variants)}")
   config = config_dict.ConfigDict()
   config.task = task
   # Seeds the model init, dropout and the data order (epoch e is shuffled with seed + e).

@@ -18,7 +18,7 @@ import dataclasses
 
 import jax.numpy as jnp
 
-from lion_jax.options import CHOICES, check_choice
+from lion_jax.options import CHOICES, ConfigError, check_choice
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,19 +155,19 @@ class ModelConfig:
     self._check_mixer_fields()
     for name in ("d_model", "num_layers", "num_heads", "mlp_ratio", "chunk_size"):
       if int(getattr(self, name)) < 1:
-        raise ValueError(f"ModelConfig.{name}={getattr(self, name)!r} must be a positive integer.")
+        raise ConfigError(f"ModelConfig.{name}={getattr(self, name)!r} must be a positive integer.")
     if self.d_model % self.num_heads:
-      raise ValueError(f"ModelConfig.d_model={self.d_model} must be divisible by "
+      raise ConfigError(f"ModelConfig.d_model={self.d_model} must be divisible by "
                        f"num_heads={self.num_heads}.")
     if self.key_dim is not None and self.key_dim < 1:
-      raise ValueError(f"ModelConfig.key_dim={self.key_dim!r} must be None or a positive integer.")
+      raise ConfigError(f"ModelConfig.key_dim={self.key_dim!r} must be None or a positive integer.")
     if not 0.0 <= self.dropout < 1.0:
-      raise ValueError(f"ModelConfig.dropout={self.dropout!r} must be in [0, 1).")
+      raise ConfigError(f"ModelConfig.dropout={self.dropout!r} must be in [0, 1).")
     if not 0.0 < self.dt_min <= self.dt_max:
-      raise ValueError(f"ModelConfig.dt_min={self.dt_min!r} and dt_max={self.dt_max!r} must satisfy "
+      raise ConfigError(f"ModelConfig.dt_min={self.dt_min!r} and dt_max={self.dt_max!r} must satisfy "
                        "0 < dt_min <= dt_max.")
     if self.input_std <= 0:
-      raise ValueError(f"ModelConfig.input_std={self.input_std!r} must be positive.")
+      raise ConfigError(f"ModelConfig.input_std={self.input_std!r} must be positive.")
     self._check_grid()
 
   def _check_mixer_fields(self):
@@ -176,24 +176,24 @@ class ModelConfig:
     for owner, names in MIXER_FIELDS.items():
       for name in names:
         if owner != self.mixer and getattr(self, name) != defaults[name]:
-          raise ValueError(f"ModelConfig.{name}={getattr(self, name)!r} is an option of "
+          raise ConfigError(f"ModelConfig.{name}={getattr(self, name)!r} is an option of "
                            f"mixer={owner!r}; mixer={self.mixer!r} does not use it. Leave it at "
                            f"its default ({defaults[name]!r}) or set mixer={owner!r}.")
     width = self.attention_dim
     if width is not None and (width < 1 or width % self.num_heads):
-      raise ValueError(f"ModelConfig.attention_dim={width!r} must be None or a positive multiple "
+      raise ConfigError(f"ModelConfig.attention_dim={width!r} must be None or a positive multiple "
                        f"of num_heads={self.num_heads}.")
     if self.mixer == "s5":
       blocks = self.ssm_blocks
       if blocks < 1 or self.ssm_size % blocks or (self.conj_sym and (self.ssm_size // blocks) % 2):
-        raise ValueError(f"ModelConfig.ssm_size={self.ssm_size} must be a multiple of ssm_blocks="
+        raise ConfigError(f"ModelConfig.ssm_size={self.ssm_size} must be a multiple of ssm_blocks="
                          f"{blocks} (of 2·ssm_blocks with conj_sym=True).")
 
   def check_single_form(self, form: str | None, chunk_size: int | None) -> None:
     """Baseline mixers have one form: a LION form or chunk size asked of them is an error."""
     if self.mixer != "lion" and ((form is not None and form != self.form) or
                                  (chunk_size is not None and chunk_size != self.chunk_size)):
-      raise ValueError(f"form={form!r}, chunk_size={chunk_size!r}: evaluation forms are LION's; "
+      raise ConfigError(f"form={form!r}, chunk_size={chunk_size!r}: evaluation forms are LION's; "
                        f"mixer={self.mixer!r} has one. Leave them unset (config.eval_form='').")
 
   def _check_grid(self):
@@ -204,11 +204,11 @@ class ModelConfig:
       except (TypeError, ValueError):
         grid = ()
       if len(grid) != 2 or min(grid) < 1:
-        raise ValueError(f"ModelConfig.grid={self.grid!r} must be None or (H, W), two positive "
+        raise ConfigError(f"ModelConfig.grid={self.grid!r} must be None or (H, W), two positive "
                          "integers with H·W = the sequence length.")
       object.__setattr__(self, "grid", grid)  # frozen: a list from JSON becomes a tuple
     if self.scan_order != "raster" and self.grid is None:
-      raise ValueError(f"ModelConfig.scan_order={self.scan_order!r} needs ModelConfig.grid=(H, W); "
+      raise ConfigError(f"ModelConfig.scan_order={self.scan_order!r} needs ModelConfig.grid=(H, W); "
                        "the image, pathfinder and pathx presets set it.")
 
   @property
@@ -301,9 +301,9 @@ def preset(task: str, **overrides) -> ModelConfig:
     ValueError: for an unknown task (naming the known ones) or an invalid override.
   """
   if task not in PRESETS:
-    raise ValueError(f"Unknown task {task!r}; presets exist for {', '.join(map(repr, PRESETS))}.")
+    raise ConfigError(f"Unknown task {task!r}; presets exist for {', '.join(map(repr, PRESETS))}.")
   try:
     return dataclasses.replace(PRESETS[task], **overrides)
   except TypeError as error:  # an unknown field name
     fields = ", ".join(f.name for f in dataclasses.fields(ModelConfig))
-    raise ValueError(f"{error}; ModelConfig fields are: {fields}.") from None
+    raise ConfigError(f"{error}; ModelConfig fields are: {fields}.") from None

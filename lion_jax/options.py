@@ -10,6 +10,14 @@ from __future__ import annotations
 
 import enum
 
+
+class ConfigError(ValueError):
+  """An option or config value the user chose is not valid.
+
+  The message is complete on its own: it names the field, the value and what is valid, so a
+  command line prints it alone, without a traceback (`lra.cli`).
+  """
+
 # Allowed values of every string option (the first one is `ModelConfig`'s default unless the field
 # says otherwise). Keys are the `ModelConfig` field names, which are also the argument names.
 CHOICES: dict[str, tuple[str, ...]] = {
@@ -55,15 +63,15 @@ def check_choice(option: str, value, *, where: str = "") -> str:
     The value as a str (enum members become their value).
 
   Raises:
-    TypeError: `value` is not a string; ValueError: it is not in `CHOICES[option]`. Both name
-      the argument and list the valid values.
+    TypeError: `value` is not a string; ConfigError (a ValueError): it is not in
+      `CHOICES[option]`. Both name the argument and list the valid values.
   """
   if not isinstance(value, str):
     raise TypeError(f"{where}{option} must be a string, one of {describe(option)}; got "
                     f"{type(value).__name__} {value!r}.")
   value = str.__str__(value)  # an enum member's plain value
   if value not in CHOICES[option]:
-    raise ValueError(f"{where}{option}={value!r} is not one of {describe(option)}.")
+    raise ConfigError(f"{where}{option}={value!r} is not one of {describe(option)}.")
   return value
 
 

@@ -19,6 +19,8 @@ from collections.abc import Sequence
 import jax
 import optax
 
+from lion_jax.options import ConfigError
+
 GROUPS = ("default", "no_weight_decay", "decay", "decay_weight_decay")
 
 
@@ -49,14 +51,14 @@ def check_param_groups(param_groups: Sequence[tuple[str, str]]) -> None:
   """Raises ValueError for a malformed table (bad regex or unknown group), naming the entry."""
   for entry in param_groups:
     if len(entry) != 2:
-      raise ValueError(f"param_groups entry {entry!r} must be (regex, group)")
+      raise ConfigError(f"param_groups entry {entry!r} must be (regex, group)")
     pattern, group = entry
     if group not in GROUPS:
-      raise ValueError(f"param_groups entry {entry!r}: group {group!r} is not one of {GROUPS}")
+      raise ConfigError(f"param_groups entry {entry!r}: group {group!r} is not one of {GROUPS}")
     try:
       re.compile(pattern)
     except re.error as error:
-      raise ValueError(f"param_groups entry {entry!r}: bad regex ({error})") from None
+      raise ConfigError(f"param_groups entry {entry!r}: bad regex ({error})") from None
 
 
 def label_params(params, param_groups: Sequence[tuple[str, str]]):

@@ -109,12 +109,40 @@ def exception_type(error: BaseException) -> str:
   return kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
 
 
-def write_failure(workdir: str | os.PathLike, error: BaseException) -> Path:
-  """Records that training in `workdir` raised `error`; returns the record's path."""
+class WorkdirError(OSError):
+  """The run folder cannot be written, or lacks what a command needs from it."""
+
+
+def prepare_workdir(workdir: str | os.PathLike) -> None:
+  """Creates the run folder if missing.
+
+  Raises:
+    WorkdirError: naming the folder and why it cannot be created or written.
+  """
+  workdir = Path(workdir)
+  try:
+    workdir.mkdir(parents=True, exist_ok=True)
+  except OSError as error:
+    raise WorkdirError(f"cannot create the run folder {workdir}: {error.strerror or error}; "
+                       "pass a --workdir you can write") from None
+  if not os.access(workdir, os.W_OK):
+    raise WorkdirError(f"cannot write into the run folder {workdir}; pass a --workdir you can "
+                       "write")
+
+
+def write_failure(workdir: str | os.PathLike, error: BaseException) -> Path | None:
+  """Records that training in `workdir` raised `error`; returns the record's path.
+
+  Never raises: a workdir that cannot be written (the error being recorded may be just that)
+  gets no record, and None is returned.
+  """
   path = Path(workdir) / FAILED_FILE
-  path.parent.mkdir(parents=True, exist_ok=True)
   record = {"type": exception_type(error), "message": str(error)}
-  path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+  try:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+  except OSError:
+    return None
   return path
 
 

@@ -33,6 +33,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from lion_jax.config import ModelConfig
 from lion_jax.models import LraClassifier, count_params
+from lion_jax.options import ConfigError
 
 
 # How often each step function has been traced. A new input shape or dtype makes
@@ -75,7 +76,7 @@ def check_mesh_shape(shape) -> tuple[int, int]:
   except (TypeError, ValueError):
     data = seq = 0
   if seq < 1 or not (data >= 1 or data == -1):
-    raise ValueError(f"config.mesh={shape!r} must be (data, seq): seq >= 1 devices per sequence "
+    raise ConfigError(f"config.mesh={shape!r} must be (data, seq): seq >= 1 devices per sequence "
                      "and data >= 1 (or -1: all other devices), e.g. --config.mesh='(-1, 2)'.")
   return data, seq
 
@@ -92,12 +93,15 @@ def make_mesh(shape=(-1, 1)) -> Mesh:
   """
   data, seq = check_mesh_shape(shape)
   devices = np.asarray(jax.devices())
+  hint = f"e.g. --config.mesh='(-1, s)' with s dividing {devices.size}."
+  if data == -1 and devices.size % seq:
+    raise ConfigError(f"config.mesh={tuple(shape)!r}: seq={seq} does not divide the "
+                      f"{devices.size} devices; {hint}")
   if data == -1:
     data = devices.size // seq
   if data * seq != devices.size:
-    raise ValueError(f"config.mesh={tuple(shape)!r} needs data × seq = {devices.size} devices "
-                     f"(there are {devices.size}); e.g. --config.mesh='(-1, {seq})' with seq "
-                     f"dividing {devices.size}.")
+    raise ConfigError(f"config.mesh={tuple(shape)!r} needs data × seq = {data * seq} devices "
+                      f"(there are {devices.size}); {hint}")
   return Mesh(devices.reshape(seq, data).T, (DATA_AXIS, SEQUENCE_AXIS))
 
 
@@ -204,7 +208,7 @@ def shard_batch(batch: dict[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Array
   out = {}
   for key, value in batch.items():
     if value.shape[0] % size:
-      raise ValueError(f"batch size {value.shape[0]} is not divisible by the {size} data-parallel "
+      raise ConfigError(f"batch size {value.shape[0]} is not divisible by the {size} data-parallel "
                        "devices; set --config.batch_size (and eval_batch_size) to a multiple of it")
     spec = [DATA_AXIS] + [None] * (value.ndim - 1)
     if key == "inputs" and seq > 1 and value.shape[-1] % seq == 0:

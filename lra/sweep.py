@@ -40,6 +40,7 @@ from concurrent import futures
 from pathlib import Path
 
 from configs import ablations, common
+from lion_jax.options import ConfigError
 from lra.run_records import (COMMAND_FILE, FAILED_FILE, LOG_FILE, RESULTS_FILE, Run, claim,
                              read_failure, release, status)
 
@@ -62,7 +63,7 @@ def expand_variants(spec: str) -> list[str]:
     elif item in known:
       group = (item,)
     else:
-      raise ValueError(f"unknown variant or group {item!r}; groups: all, "
+      raise ConfigError(f"unknown variant or group {item!r}; groups: all, "
                        f"{', '.join(ablations.GROUPS)}; variants: {', '.join(known)}")
     names += [n for n in group if n not in names]
   return names
@@ -72,7 +73,7 @@ def _split_list(spec: str, allowed: tuple[str, ...], what: str) -> list[str]:
   items = [s.strip() for s in spec.split(",") if s.strip()]
   bad = [s for s in items if s not in allowed]
   if bad or not items:
-    raise ValueError(f"bad {what} {spec!r}; choose from {', '.join(allowed)}")
+    raise ConfigError(f"bad {what} {spec!r}; choose from {', '.join(allowed)}")
   return items
 
 
@@ -90,7 +91,7 @@ def plan(tasks: list[str], variants: list[str], seeds: list[int], workdir: str |
   """
   for item in sets:
     if "=" not in item or item.startswith("seed="):
-      raise ValueError(f"--set takes field=value (not seed, which --seeds sets), got {item!r}")
+      raise ConfigError(f"--set takes field=value (not seed, which --seeds sets), got {item!r}")
   # Relative paths when run from the repository root keep the listed commands readable.
   base = Path() if Path.cwd().resolve() == ROOT else ROOT
   runs = []

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from lion_jax.options import ConfigError
 from lra.data import cache, image, listops, pathfinder, retrieval, text
 from lra.data.split import Split
 
@@ -76,7 +77,7 @@ class Task:
     seq_len = self.info.seq_len if seq_len is None else seq_len
     if seq_len <= 0 or (self.fixed_seq_len and seq_len != self.info.seq_len):
       allowed = f"exactly {self.info.seq_len}" if self.fixed_seq_len else "positive"
-      raise ValueError(f"{self.name}: seq_len must be {allowed}, got {seq_len}")
+      raise ConfigError(f"{self.name}: seq_len must be {allowed}, got {seq_len}")
     return dataclasses.replace(self.info, seq_len=seq_len)
 
   def load(self, data_dir: str | os.PathLike, *, seq_len: int | None = None,
@@ -86,9 +87,9 @@ class Task:
     unknown = set(task_options) - set(self.options)
     if unknown:
       accepted = ", ".join(f"{k}={v!r}" for k, v in self.options.items()) or "none"
-      raise ValueError(f"{self.name}: unknown task option(s) {sorted(unknown)}; accepted: {accepted}")
+      raise ConfigError(f"{self.name}: unknown task option(s) {sorted(unknown)}; accepted: {accepted}")
     if max_examples is not None and max_examples <= 0:
-      raise ValueError(f"max_examples must be positive or None, got {max_examples}")
+      raise ConfigError(f"max_examples must be positive or None, got {max_examples}")
     info = self.info_for(seq_len)
     opts = {**self.options, **task_options}
     source = self.locate(data_dir, **{k: opts[k] for k in self.locate_options})
@@ -148,7 +149,7 @@ TASKS: dict[str, Task] = {
 def get_task(name: str) -> Task:
   """Returns the registry entry for `name`; unknown names list the valid ones."""
   if name not in TASKS:
-    raise ValueError(f"unknown LRA task {name!r}; valid tasks: {', '.join(TASKS)}")
+    raise ConfigError(f"unknown LRA task {name!r}; valid tasks: {', '.join(TASKS)}")
   return TASKS[name]
 
 

@@ -5,7 +5,8 @@
 
 A run writes into `workdir`: `config.json`, `metrics.jsonl`, `tensorboard/`, `curves.png`,
 `checkpoints/` (latest), `best/` (best validation) and `results.json`. Resume order: an
-existing checkpoint in the workdir, else from scratch. Test accuracy is always measured
+existing checkpoint in the workdir, else from scratch; a workdir with checkpoints resumes only
+with the config they were trained with (`lra.resume`). Test accuracy is always measured
 at the best-validation checkpoint, never the last one (LRA issue #15).
 
 The loop reads top to bottom in `train_and_evaluate`; `Schedule` says what is due at a
@@ -30,8 +31,9 @@ import tqdm
 from jax.experimental import multihost_utils
 from ml_collections import config_dict
 
-from lion_jax.config import VALUES_BEFORE_FIELD, ModelConfig
-from lra import checkpoint, metrics, optim, steps
+from lion_jax.config import ModelConfig
+from lion_jax.options import ConfigError
+from lra import checkpoint, metrics, optim, resume, run_records, steps
 from lra.data.batching import make_loader
 from lra.data.errors import MissingDataError
 from lra.tasks import TaskInfo, load_task
@@ -61,8 +63,9 @@ def check_config(config: config_dict.ConfigDict) -> ModelConfig:
   _check_fields(set(config), CONFIG_FIELDS, "config")
   model_fields = tuple(f.name for f in dataclasses.fields(ModelConfig))
   _check_fields(set(config.model), model_fields, "config.model")
-  if config.batch_size <= 0 or config.log_every_steps <= 0:
-    raise ValueError("config.batch_size and config.log_every_steps must be positive")
+  for field in ("batch_size", "log_every_steps"):
+    if config[field] <= 0:
+      raise ConfigError(f"config.{field}={config[field]!r} must be a positive integer.")
   optim.check_param_groups([tuple(e) for e in config.param_groups])
   _, seq = steps.check_mesh_shape(config.mesh)
   model = config.model.to_dict()
@@ -71,7 +74,7 @@ def check_config(config: config_dict.ConfigDict) -> ModelConfig:
     _check_splittable(config)
   model = ModelConfig(**model)
   if config.eval_form and model.mixer != "lion":
-    raise ValueError(f"config.eval_form={config.eval_form!r} picks one of LION's evaluation forms; "
+    raise ConfigError(f"config.eval_form={config.eval_form!r} picks one of LION's evaluation forms; "
                      f"model.mixer={model.mixer!r} has one form. Leave config.eval_form empty.")
   return model
 
@@ -79,17 +82,17 @@ def check_config(config: config_dict.ConfigDict) -> ModelConfig:
 def _check_splittable(config: config_dict.ConfigDict) -> None:
   """Raises a ValueError naming the field when config.mesh splits sequences the model cannot."""
   if config.model.mixer != "lion":
-    raise ValueError(f"config.mesh={tuple(config.mesh)} splits every sequence over 'seq', which "
+    raise ConfigError(f"config.mesh={tuple(config.mesh)} splits every sequence over 'seq', which "
                      f"only LION's chunk_scan can do; config.model.mixer={config.model.mixer!r}. "
                      "Use --config.mesh='(-1, 1)' for the baselines.")
   forms = {"config.model.form": config.model.form, "config.eval_form": eval_form(config)}
   for field, form in forms.items():
     if form not in ("chunk_scan", "auto"):
-      raise ValueError(f"config.mesh={tuple(config.mesh)} splits every sequence over 'seq', "
+      raise ConfigError(f"config.mesh={tuple(config.mesh)} splits every sequence over 'seq', "
                        f"which only form 'chunk_scan' can do; {field}={form!r}. Set it to "
                        "'chunk_scan', or use --config.mesh='(-1, 1)'.")
   if config.model.scan_order != "raster":
-    raise ValueError(f"config.mesh={tuple(config.mesh)} splits every sequence over 'seq', but "
+    raise ConfigError(f"config.mesh={tuple(config.mesh)} splits every sequence over 'seq', but "
                      f"config.model.scan_order={config.model.scan_order!r} moves tokens between "
                      "the pieces; use scan_order 'raster' or --config.mesh='(-1, 1)'.")
 
@@ -97,45 +100,10 @@ def _check_splittable(config: config_dict.ConfigDict) -> None:
 def _check_fields(present: set[str], valid: tuple[str, ...], where: str) -> None:
   unknown, missing = sorted(present - set(valid)), sorted(set(valid) - present)
   if unknown:
-    raise ValueError(f"unknown field(s) {', '.join(f'{where}.{k}' for k in unknown)}; "
+    raise ConfigError(f"unknown field(s) {', '.join(f'{where}.{k}' for k in unknown)}; "
                      f"valid fields of {where}: {', '.join(sorted(valid))}")
   if missing:
-    raise ValueError(f"{where} lacks field(s) {', '.join(missing)}; start from configs/<task>.py")
-
-
-# Model fields a resumed run may change: they choose how the same parameters are evaluated, not
-# which function they compute (every form equals the others, docs/math.md §3).
-RESUMABLE_MODEL_FIELDS = frozenset({"form", "chunk_size", "state_pass", "remat"})
-
-
-def check_resumed_model(config: config_dict.ConfigDict, workdir: Path) -> None:
-  """A run that has checkpoints resumes only with the model it was trained with.
-
-  Defaults change between versions (`positional`, `v_init`, the selective gate), and a config
-  rebuilt from `configs/<task>.py` picks up the new ones. The parameter tree often stays the
-  same, so the restore would succeed and silently continue a different model.
-
-  Raises:
-    ValueError: naming each changed `model.<field>` with the stored and the new value, and the
-      override that resumes the run as it was trained.
-  """
-  stored_path = workdir / "config.json"
-  checkpoints = workdir / "checkpoints"
-  if not (stored_path.is_file() and checkpoints.is_dir() and any(checkpoints.iterdir())):
-    return
-  stored = {**VALUES_BEFORE_FIELD, **json.loads(stored_path.read_text()).get("model", {})}
-  current = json.loads(config.model.to_json_best_effort())  # tuples as lists, as stored
-  read = lambda name: name != "fixed_gate" or current.get("decay") == "fixed"  # LION-D's alone
-  changed = {name: (stored[name], current.get(name)) for name in sorted(stored)
-             if name not in RESUMABLE_MODEL_FIELDS and read(name)
-             and stored[name] != current.get(name)}
-  if changed:
-    fields = ", ".join(f"model.{name}: {old!r} in {stored_path}, {new!r} now"
-                       for name, (old, new) in changed.items())
-    overrides = " ".join(f"--config.model.{name}={old}" for name, (old, _) in changed.items())
-    raise ValueError(f"{workdir} holds checkpoints of a different model ({fields}). Resume it as "
-                     f"trained with `{overrides}` or with `--config=configs/workdir.py:{workdir}` "
-                     "(the run's own config.json), or start a new --workdir.")
+    raise ConfigError(f"{where} lacks field(s) {', '.join(missing)}; start from configs/<task>.py")
 
 
 def eval_form(config: config_dict.ConfigDict) -> str:
@@ -154,7 +122,7 @@ def _generate(task: str, data_dir: str, kwargs: dict[str, Any]) -> None:
     from lra.data.generators import pathfinder  # pylint: disable=import-outside-toplevel
     pathfinder.generate(data_dir, resolution=32 if task == "pathfinder" else 128, **kwargs)
   else:
-    raise ValueError(f"config.generate is set but task {task!r} has no generator")
+    raise ConfigError(f"config.generate is set but task {task!r} has no generator")
 
 
 def load_data(config: config_dict.ConfigDict):
@@ -240,7 +208,7 @@ class Schedule:
     """
     steps_per_epoch = num_train // config.batch_size
     if steps_per_epoch == 0:
-      raise ValueError(f"the train split has {num_train} examples, fewer than "
+      raise ConfigError(f"the train split has {num_train} examples, fewer than "
                        f"config.batch_size={config.batch_size}")
     eval_every = config.eval_every_steps or steps_per_epoch
     return cls(total_steps=config.num_train_steps or config.num_epochs * steps_per_epoch,
@@ -346,17 +314,20 @@ def train_and_evaluate(config: config_dict.ConfigDict, workdir: str,
     The results dict also written to `workdir/results.json`.
 
   Raises:
-    ValueError: bad config fields; MissingDataError: data not found;
-    NonFiniteError: NaN/inf loss or gradients (the last good checkpoint is kept).
+    ConfigError: bad config fields; ResumeMismatchError (a ConfigError): the workdir's
+    checkpoints were trained with another config (`lra.resume`); WorkdirError: the workdir
+    cannot be written; MissingDataError: data not found; NonFiniteError: NaN/inf loss or
+    gradients (the last good checkpoint is kept).
   """
   progress = _progress_default() if progress is None else progress
   model_config = check_config(config)
   workdir = Path(workdir)
   is_main = jax.process_index() == 0
-  check_resumed_model(config, workdir)
+  changes = resume.check_resumable(config, workdir)
   if is_main:
-    workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / "config.json").write_text(config.to_json_best_effort(indent=2) + "\n")
+    run_records.prepare_workdir(workdir)
+    if not resume.has_checkpoints(workdir):
+      resume.write_config(config, workdir)
   traces_before = dict(steps.trace_counts)
 
   splits, info = load_data(config)
@@ -367,6 +338,8 @@ def train_and_evaluate(config: config_dict.ConfigDict, workdir: str,
   train_iter = make_loader(splits["train"], batch_size=config.batch_size, seed=config.seed,
                            shuffle=True, drop_remainder=True)
   state, meta = _resume(ckpt, setup.state, train_iter, workdir, schedule)
+  if is_main and changes:
+    resume.record_changes(workdir, meta["step"], changes)
   logging.info("%s: %d params, %d train examples, %d steps (%d per epoch), devices %s, mesh %s",
                config.task, setup.num_params, len(splits["train"]), schedule.total_steps,
                schedule.steps_per_epoch, jax.devices(), dict(setup.mesh.shape))
@@ -509,7 +482,7 @@ def evaluate(config: config_dict.ConfigDict, workdir: str, *, split: str = "test
   ckpt = checkpoint.Checkpointer(workdir, config.max_checkpoints_to_keep)
   best = ckpt.best_step()
   if best is None:
-    raise FileNotFoundError(f"no best checkpoint in {Path(workdir) / checkpoint.BEST_DIR}; "
+    raise run_records.WorkdirError(f"no best checkpoint in {Path(workdir) / checkpoint.BEST_DIR}; "
                             f"train first with run.py --config ... --workdir {workdir}")
   splits, info = load_data(config)
   setup = _setup(config, info, model_config, 1, 1)

@@ -11,6 +11,7 @@ from ml_collections import config_flags
 
 from configs import common
 from configs import workdir as workdir_config
+from lion_jax.options import ConfigError
 from lra import train
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -81,7 +82,8 @@ def test_a_new_variant_is_one_table_entry(monkeypatch):
   config = get_config("image", "lion_s_random,runlocal")
   assert config.model.decay_init == "random" and config.model.d_model == 32
   monkeypatch.setitem(common.VARIANTS, "typo", {"model.decya": "fixed"})
-  with pytest.raises(KeyError, match="variant 'typo' sets unknown config field 'model.decya'"):
+  with pytest.raises(ConfigError, match=r"variant 'typo' sets an unknown config field "
+                                        r"config\.model\.decya; did you mean config\.model\.decay"):
     get_config("image", "typo")
 
 
@@ -119,5 +121,5 @@ def test_workdir_config_round_trips_config_json(tmp_path):
   train.check_config(restored)
   assert json.loads(restored.to_json_best_effort()) == json.loads(config.to_json_best_effort())
   restored.model.key_dim = 8  # a None field stays settable
-  with pytest.raises(FileNotFoundError, match="config.json not found"):
+  with pytest.raises(ConfigError, match="config.json not found"):
     workdir_config.get_config(str(tmp_path / "nope"))

@@ -14,7 +14,8 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from configs import listops as listops_config
-from lra import checkpoint, metrics, steps, train
+from configs import workdir as workdir_config
+from lra import checkpoint, metrics, resume, steps, train
 from lra.data.errors import MissingDataError
 
 # A 1-layer, 16-wide LION-S on length-32 ListOps: seconds per run.
@@ -164,19 +165,48 @@ def test_resume_after_interruption_matches_an_uninterrupted_run(finished_run, da
   assert again["test_accuracy"] == full["test_accuracy"] and again["compiles"]["train_step"] == 0
 
 
-def test_a_run_with_checkpoints_resumes_only_with_the_model_it_was_trained_with(finished_run):
-  # A default that changed since the run started (here: positions) must not slip silently into
-  # the model a checkpoint is restored into; the error names the field and the fix.
-  from configs import workdir as workdir_config  # pylint: disable=import-outside-toplevel
+def test_a_run_with_checkpoints_resumes_only_with_the_config_it_was_trained_with(finished_run):
+  # A default that changed since the run started (here: positions), or a field changed by hand
+  # (the learning rate, the number of steps), must not slip silently into the run a checkpoint is
+  # restored into; the error names each field with both values and the fix, and config.json
+  # keeps what the checkpoints were trained with.
   config, workdir, _ = finished_run
+  before = (workdir / "config.json").read_text()
   changed = tiny_config(config.data_dir, **{"model.positional": "sinusoidal"})
-  with pytest.raises(ValueError, match=r"model\.positional: 'auto' in .*config\.json, "
-                                       r"'sinusoidal' now.*--config\.model\.positional=auto"):
+  with pytest.raises(resume.ResumeMismatchError,
+                     match=r"model\.positional: 'auto' in .*config\.json, 'sinusoidal' now.*"
+                           r"--config\.model\.positional=auto"):
     train.train_and_evaluate(changed, str(workdir), progress=False)
-  assert json.loads((workdir / "config.json").read_text())["model"]["positional"] == "auto"
-  # How the same parameters are evaluated may change; the run's own config.json always fits.
-  train.check_resumed_model(tiny_config(config.data_dir, **{"model.form": "rnn"}), workdir)
-  train.check_resumed_model(workdir_config.get_config(str(workdir)), workdir)
+  changed = tiny_config(config.data_dir, learning_rate=0.1, num_train_steps=12, seed=3)
+  with pytest.raises(resume.ResumeMismatchError,
+                     match=r"learning_rate: 0\.002 in .*, 0\.1 now, num_train_steps: 6 in .*, 12 "
+                           r"now, seed: 0 in .*, 3 now\). Resume it as trained with "
+                           r"`--config\.learning_rate=0\.002 --config\.num_train_steps=6 "
+                           r"--config\.seed=0`"):
+    train.train_and_evaluate(changed, str(workdir), progress=False)
+  assert (workdir / "config.json").read_text() == before
+  # How the same parameters are evaluated may change; the run's own config always fits.
+  assert resume.check_resumable(tiny_config(config.data_dir, **{"model.form": "rnn"}),
+                                workdir) == {"model.form": ("chunk_scan", "rnn")}
+  assert resume.check_resumable(workdir_config.get_config(str(workdir)), workdir) == {}
+
+
+def test_an_allowed_change_on_resume_is_recorded_with_its_step(finished_run, tmp_path):
+  config, finished, results = finished_run
+  workdir = tmp_path / "run"
+  shutil.copytree(finished, workdir)  # the shared run stays as it is
+  before = (workdir / "config.json").read_text()
+  again = train.train_and_evaluate(tiny_config(config.data_dir, eval_form="attention",
+                                               log_every_steps=3), str(workdir), progress=False)
+  assert again["eval_form"] == "attention" and again["test_accuracy"] == results["test_accuracy"]
+  assert (workdir / "config.json").read_text() == before
+  assert workdir_config.read_changes(workdir) == [
+      {"step": 6, "field": "eval_form", "from": "", "to": "attention"},
+      {"step": 6, "field": "log_every_steps", "from": 2, "to": 3}]
+  # The run's own config is what it now continues with; resuming with it records nothing new.
+  own = workdir_config.get_config(str(workdir))
+  assert (own.eval_form, own.log_every_steps) == ("attention", 3)
+  assert resume.check_resumable(own, workdir) == {}
 
 
 def test_a_run_stored_before_a_model_field_existed_resumes_as_it_was_trained(finished_run,
@@ -184,21 +214,20 @@ def test_a_run_stored_before_a_model_field_existed_resumes_as_it_was_trained(fin
   # LION-D runs stored before its gate existed (no `fixed_gate` in config.json) were ungated:
   # their own config rebuilds them so, and today's gated LION-D is refused with the fix named.
   # A model that does not read the field (here LION-S) resumes as before.
-  from configs import workdir as workdir_config  # pylint: disable=import-outside-toplevel
   config, finished, _ = finished_run
   workdir = tmp_path / "run"
   shutil.copytree(finished, workdir)  # the shared run stays as it is
   stored = json.loads((workdir / "config.json").read_text())
   stored["model"].pop("fixed_gate")
   (workdir / "config.json").write_text(json.dumps(stored))
-  train.check_resumed_model(tiny_config(config.data_dir), workdir)
+  resume.check_resumable(tiny_config(config.data_dir), workdir)
   assert workdir_config.get_config(str(workdir)).model.fixed_gate is False
   stored["model"]["decay"] = "fixed"
   (workdir / "config.json").write_text(json.dumps(stored))
-  with pytest.raises(ValueError,
+  with pytest.raises(resume.ResumeMismatchError,
                      match=r"model\.fixed_gate: False in .*--config\.model\.fixed_gate=False"):
-    train.check_resumed_model(tiny_config(config.data_dir, **{"model.decay": "fixed"}), workdir)
-  train.check_resumed_model(workdir_config.get_config(str(workdir)), workdir)
+    resume.check_resumable(tiny_config(config.data_dir, **{"model.decay": "fixed"}), workdir)
+  resume.check_resumable(workdir_config.get_config(str(workdir)), workdir)
 
 
 def test_test_accuracy_comes_from_the_best_validation_checkpoint(data_dir, tmp_path, monkeypatch):

@@ -90,8 +90,11 @@ def test_a_malformed_mesh_is_named(shape):
 
 
 def test_a_mesh_that_does_not_use_the_devices_is_named():
-  with pytest.raises(ValueError, match=r"config\.mesh=\(1, 2\) needs data × seq = 1 devices"):
+  with pytest.raises(ValueError, match=r"config\.mesh=\(1, 2\) needs data × seq = 2 devices "
+                                       r"\(there are 1\)"):
     steps.make_mesh((1, 2))
+  with pytest.raises(ValueError, match=r"config\.mesh=\(-1, 2\): seq=2 does not divide the 1 "):
+    steps.make_mesh((-1, 2))
   assert dict(steps.make_mesh((-1, 1)).shape) == {"data": 1, "seq": 1}
 
 

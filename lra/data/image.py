@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from lion_jax.options import ConfigError
 from lra.data import layout, tfds_source
 from lra.data.errors import MalformedDataError
 from lra.data.split import Split
@@ -55,7 +56,7 @@ def locate(data_dir: str | os.PathLike, source: str = "auto") -> tuple[str, Path
     ValueError: for an unknown `source`.
   """
   if source not in SOURCES:
-    raise ValueError(f"image task option source={source!r} is not one of {SOURCES}; "
+    raise ConfigError(f"image task option source={source!r} is not one of {SOURCES}; "
                      "set it with --config.task_options.source=<value>")
   root = Path(data_dir)
   formats = ["binary", "python"] if source == "auto" else [source]
@@ -201,13 +202,13 @@ def decode(found: tuple[str, Path], *, seq_len: int, max_examples: int | None,
            val_split: str = "lra", grayscale: str = "tf") -> dict[str, Split]:
   """Reads CIFAR-10 and builds train/val/test Splits of [N, 1024] uint8 gray pixels."""
   if val_split not in VAL_SPLITS:
-    raise ValueError(f"image task option val_split={val_split!r} is not one of {VAL_SPLITS}; "
+    raise ConfigError(f"image task option val_split={val_split!r} is not one of {VAL_SPLITS}; "
                      "set it with --config.task_options.val_split=<value>")
   if grayscale not in GRAYSCALES:
-    raise ValueError(f"image task option grayscale={grayscale!r} is not one of {GRAYSCALES}; "
+    raise ConfigError(f"image task option grayscale={grayscale!r} is not one of {GRAYSCALES}; "
                      "set it with --config.task_options.grayscale=<value>")
   if seq_len != SEQ_LEN:
-    raise ValueError(f"image seq_len is fixed at {SEQ_LEN} (32x32 pixels), got {seq_len}")
+    raise ConfigError(f"image seq_len is fixed at {SEQ_LEN} (32x32 pixels), got {seq_len}")
   fmt, path = found
   raw = _read_tfds(path) if fmt == "tfds" else _read_raw(fmt, path)
   gray = {s: (rgb_to_gray(planes, grayscale), labels) for s, (planes, labels) in raw.items()}

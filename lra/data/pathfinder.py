@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from lion_jax.options import ConfigError
 from lra.data import layout
 from lra.data.errors import MalformedDataError, MissingDataError
 from lra.data.split import Split
@@ -63,7 +64,7 @@ def locate(data_dir: str | os.PathLike, *, resolution: int, difficulty: str = "h
     ValueError: for an unknown difficulty.
   """
   if difficulty not in DIFFICULTIES:
-    raise ValueError(f"pathfinder task option difficulty={difficulty!r} is not one of {sorted(DIFFICULTIES)}; "
+    raise ConfigError(f"pathfinder task option difficulty={difficulty!r} is not one of {sorted(DIFFICULTIES)}; "
                      "set it with --config.task_options.difficulty=<value>")
   sub = f"pathfinder{resolution}/{DIFFICULTIES[difficulty]}"
   cands = layout.candidate_dirs(data_dir, [f"pathfinder/{sub}"], sub)
@@ -154,7 +155,7 @@ def read_images(paths: list[Path], resolution: int) -> np.ndarray:
 def split_indices(n: int, split: str) -> dict[str, np.ndarray]:
   """Positions of train/val/test examples among n images (sizes n - 2*int(0.1 n), int(0.1 n), int(0.1 n))."""
   if split not in SPLITS:
-    raise ValueError(f"pathfinder task option split={split!r} is not one of {SPLITS}; "
+    raise ConfigError(f"pathfinder task option split={split!r} is not one of {SPLITS}; "
                      "set it with --config.task_options.split=<value>")
   order = np.random.default_rng(SPLIT_SEED).permutation(n) if split == "random" else np.arange(n)
   n_eval = int(0.1 * n)
@@ -166,7 +167,7 @@ def decode(folder: Path, *, resolution: int, seq_len: int, max_examples: int | N
            split: str = "random") -> dict[str, Split]:
   """Builds train/val/test Splits of [N, resolution**2] uint8 pixels, decoding only what is kept."""
   if seq_len != resolution * resolution:
-    raise ValueError(f"pathfinder{resolution} seq_len is fixed at {resolution ** 2}, got {seq_len}")
+    raise ConfigError(f"pathfinder{resolution} seq_len is fixed at {resolution ** 2}, got {seq_len}")
   index = read_index(folder)
   if index.skipped:
     logging.warning("Pathfinder: skipped %d zero-byte PNG(s) in %s, e.g. %s",

@@ -20,6 +20,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from lion_jax.options import ConfigError
 from lra.data import layout, tfds_source
 from lra.data.errors import MalformedDataError
 from lra.data.split import Split, byte_ids, pack
@@ -56,7 +57,7 @@ def locate(data_dir: str | os.PathLike, source: str = "auto") -> tuple[str, Path
     ValueError: for an unknown `source`.
   """
   if source not in SOURCES:
-    raise ValueError(f"text task option source={source!r} is not one of {SOURCES}; "
+    raise ConfigError(f"text task option source={source!r} is not one of {SOURCES}; "
                      "set it with --config.task_options.source=<value>")
   root = Path(data_dir)
   places = {
@@ -130,7 +131,7 @@ def decode(found: tuple[str, Path], *, seq_len: int, max_examples: int | None,
     MalformedDataError: unreadable archive, or no reviews for a split.
   """
   if val_split not in VAL_SPLITS:
-    raise ValueError(f"text task option val_split={val_split!r} is not one of {VAL_SPLITS}; "
+    raise ConfigError(f"text task option val_split={val_split!r} is not one of {VAL_SPLITS}; "
                      "set it with --config.task_options.val_split=<value>")
   kind, path = found
   rows = {"folder": _read_folder, "archive": _read_archive, "tfds": _read_tfds}[kind](path)
