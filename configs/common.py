@@ -133,6 +133,14 @@ def for_mixer(overrides: dict[str, Any], mixer: str) -> dict[str, Any]:
 
 DEFAULT_MESH = (-1, 1)
 
+# The switches that may follow the variant (`configs/<task>.py:<variant>,<switch>`), with what
+# each does; a task config may accept more (`extra_args`: ListOps' `demo`).
+PRESET_FLAGS: dict[str, str] = {
+    "runlocal": "a tiny model, 30 steps on 64 examples: any task in about a minute (smoke run)",
+    "cpu": "a small model and a few hundred steps that fit a 2-core CPU (configs/ablations.py)",
+    "cpu_long": "ListOps only: 250-500-token expressions at L = 512, the paper's HiPPO range",
+}
+
 # What `runlocal` shrinks (any task then finishes in about a minute on a 2-core CPU).
 RUNLOCAL = {
     "model.d_model": 32,
@@ -221,9 +229,9 @@ def unknown_field(config: config_dict.ConfigDict, dotted: str) -> ConfigError | 
     fields = tuple(node) if isinstance(node, config_dict.ConfigDict) else ()
     if name not in fields:
       near = difflib.get_close_matches(name, fields, n=3, cutoff=0.6)
-      hint = f"; did you mean {', '.join(f'{path}.{n}' for n in near)}?" if near else ""
-      return ConfigError(f"unknown config field config.{dotted}{hint} Fields of {path}: "
-                         f"{', '.join(sorted(fields)) or 'none, it is not a group of fields'}.")
+      hint = f" (did you mean {' or '.join(f'{path}.{n}' for n in near)}?)" if near else ""
+      return ConfigError(f"unknown config field config.{dotted}{hint}; fields of {path}: "
+                         f"{', '.join(sorted(fields)) or 'none, it is not a group of fields'}")
     node, path = node[name], f"{path}.{name}"
   return None
 
@@ -264,7 +272,7 @@ def get_base_config(task: str, arg: str | None, *, batch_size: int, num_epochs: 
     (config, args): the config, unlocked, for the caller to adjust and return, and the
     parsed argument (`variant`, `runlocal` and the `extra_args` keys).
   """
-  args = parse_arg(arg, variant="lion_s", runlocal=False, cpu=False, cpu_long=False,
+  args = parse_arg(arg, variant="lion_s", **dict.fromkeys(PRESET_FLAGS, False),
                    **(extra_args or {}))
   variants = task_variants(task) | {name: {**BASELINE_VARIANTS[name], **fields}
                                     for name, fields in (baselines or {}).items()}

@@ -147,7 +147,10 @@ def stop_job_on_error() -> Iterator[None]:
   try:
     yield
   except BaseException as error:  # pylint: disable=broad-exception-caught
-    if jax.process_count() == 1 or isinstance(error, SystemExit) and not error.code:
+    # One process (asked without starting a backend for an error that came before any use of
+    # JAX), or a clean exit: nothing to stop.
+    if (not jax.distributed.is_initialized() or jax.process_count() == 1
+        or isinstance(error, SystemExit) and not error.code):
       raise
     traceback.print_exc()
     print(f"process {jax.process_index()} of {jax.process_count()} failed: "

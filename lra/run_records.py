@@ -133,13 +133,13 @@ def prepare_workdir(workdir: str | os.PathLike) -> None:
 def write_failure(workdir: str | os.PathLike, error: BaseException) -> Path | None:
   """Records that training in `workdir` raised `error`; returns the record's path.
 
-  Never raises: a workdir that cannot be written (the error being recorded may be just that)
-  gets no record, and None is returned.
+  Never raises: a workdir that does not exist (a mistyped flag stopped the run before it was
+  created) or cannot be written (the error being recorded may be just that) gets no record, and
+  None is returned.
   """
   path = Path(workdir) / FAILED_FILE
   record = {"type": exception_type(error), "message": str(error)}
   try:
-    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
   except OSError:
     return None

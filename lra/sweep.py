@@ -30,8 +30,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -41,6 +43,7 @@ from pathlib import Path
 
 from configs import ablations, common
 from lion_jax.options import ConfigError
+from lra import cli
 from lra.run_records import (COMMAND_FILE, FAILED_FILE, LOG_FILE, RESULTS_FILE, Run, claim,
                              read_failure, release, status)
 
@@ -153,17 +156,38 @@ def execute(run: Run, stop: threading.Event | None = None) -> str:
       log.flush()
       proc = subprocess.run(dies_with_this_process(run.command), stdout=log,
                             stderr=subprocess.STDOUT, check=False)
-    # > 0: the trainer raised (run.py wrote its failure record) or exited early. < 0: killed by
-    # a signal (the sweep was stopped); it resumes later.
-    if proc.returncode > 0 and not (stop and stop.is_set()):
-      failure = read_failure(run.workdir) or {
-          "type": None, "message": f"exited with status {proc.returncode} without a failure "
-                                   f"record (e.g. a flag error); see {LOG_FILE}"}
+    # > 0: the trainer raised (run.py wrote its failure record) or exited early. A crash signal
+    # (an XLA abort, a segfault) stops a process before Python can record anything: the sweep
+    # records it. Any other signal stopped the run from outside (the sweep was stopped, or
+    # someone killed the trainer); it resumes later.
+    crashed = -proc.returncode in CRASH_SIGNALS
+    if (proc.returncode > 0 or crashed) and not (stop and stop.is_set()):
+      failure = read_failure(run.workdir) or _unrecorded_exit(run, proc.returncode)
       (run.workdir / FAILED_FILE).write_text(
           json.dumps({**failure, "returncode": proc.returncode}, indent=2) + "\n", encoding="utf-8")
   finally:
     release(run)
   return status(run)
+
+
+# Signals that mean the trainer crashed rather than was stopped: abort() (XLA's fatal checks,
+# e.g. a collective's rendezvous timeout, exit status 134 in a shell), segfaults and the like.
+CRASH_SIGNALS = frozenset({signal.SIGABRT, signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE,
+                           signal.SIGILL})
+
+
+def _unrecorded_exit(run: Run, returncode: int) -> dict:
+  """The failure record of a trainer that exited without writing one: its exit status or
+  signal, and for a crash the fatal line of its log (XLA's "F1125 ... rendezvous.cc ...")."""
+  if returncode > 0:
+    return {"type": None, "message": f"exited with status {returncode} without a failure record "
+                                     f"(e.g. a flag error); see {LOG_FILE}"}
+  name = signal.Signals(-returncode).name
+  lines = (run.workdir / LOG_FILE).read_text(encoding="utf-8", errors="replace").splitlines()
+  fatal = [line for line in lines if re.match(r"F\d{4} ", line)]
+  detail = f": {fatal[-1]}" if fatal else f"; see {LOG_FILE}"
+  return {"type": name, "message": f"crashed with {name} (exit status {128 - returncode} in a "
+                                   f"shell){detail}"}
 
 
 def prepare_data(runs: list[Run]) -> None:
@@ -250,7 +274,8 @@ def _warn_if_changed(run: Run) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+  parser = argparse.ArgumentParser(prog="python -m lra.sweep", description=__doc__,
+                                   epilog=cli.catalogue(),
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("--tasks", default="listops,pathfinder", help="comma list of " + ",".join(common.TASKS))
   parser.add_argument("--variants", default="table3", help="comma list of variants and groups")
@@ -270,6 +295,8 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--retry-failed", action="store_true", help="rerun runs that exited with an error")
   parser.add_argument("--out", default=None, help="folder of results.{csv,md,png} (default: --workdir)")
   parser.add_argument("--python", default=sys.executable, help="interpreter in the commands")
+  parser.add_argument(cli.TRACEBACK_FLAG, action="store_true",
+                      help=f"show the traceback of user errors too (or set {cli.TRACEBACK_ENV}=1)")
   args = parser.parse_args(argv)
   if shutil.which(args.python) is None:
     parser.error(f"--python {args.python}: no such executable; pass the path of the Python "
@@ -286,9 +313,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"sweep: not run (the task has no such variant: snakes need an image task, the "
           f"baselines a task config that lists them): {', '.join(skipped)}", flush=True)
   if not runs:
-    raise SystemExit(f"sweep: no task of --tasks {args.tasks} has any of the variants "
-                     f"{', '.join(variants)}; snake variants need image, pathfinder or pathx, and "
-                     "Path-X has no transformer")
+    raise ConfigError(f"no task of --tasks {args.tasks} has any of the variants "
+                      f"{', '.join(variants)}; snake variants need image, pathfinder or pathx, "
+                      "and Path-X has no transformer")
   if args.list:
     for run in runs:
       if status(run) != "done":
@@ -307,4 +334,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  sys.exit(cli.run(main, "python -m lra.sweep", sys.argv[1:]))

@@ -322,12 +322,11 @@ def train_and_evaluate(config: config_dict.ConfigDict, workdir: str,
   progress = _progress_default() if progress is None else progress
   model_config = check_config(config)
   workdir = Path(workdir)
-  is_main = jax.process_index() == 0
   changes = resume.check_resumable(config, workdir)
-  if is_main:
-    run_records.prepare_workdir(workdir)
-    if not resume.has_checkpoints(workdir):
-      resume.write_config(config, workdir)
+  run_records.prepare_workdir(workdir)  # every process: the same folder, or an error for each
+  is_main = jax.process_index() == 0
+  if is_main and not resume.has_checkpoints(workdir):
+    resume.write_config(config, workdir)
   traces_before = dict(steps.trace_counts)
 
   splits, info = load_data(config)

@@ -83,7 +83,7 @@ def test_a_new_variant_is_one_table_entry(monkeypatch):
   assert config.model.decay_init == "random" and config.model.d_model == 32
   monkeypatch.setitem(common.VARIANTS, "typo", {"model.decya": "fixed"})
   with pytest.raises(ConfigError, match=r"variant 'typo' sets an unknown config field "
-                                        r"config\.model\.decya; did you mean config\.model\.decay"):
+                                        r"config\.model\.decya \(did you mean config\.model\.decay"):
     get_config("image", "typo")
 
 

@@ -95,6 +95,15 @@ def test_listops_bad_row_names_file_and_line(tmp_path):
     load_task("listops", tmp_path, cache_dir=False)
 
 
+def test_a_truncated_tsv_names_the_file_line_and_fix(tmp_path):
+  write_listops(tmp_path / "listops")
+  path = tmp_path / "listops/basic_train.tsv"
+  path.write_bytes(path.read_bytes()[:-6])  # cut inside the last row
+  with pytest.raises(MalformedDataError, match=r"basic_train\.tsv:4: bad ListOps row: .*cut short.*"
+                                               r"python -m lra\.data generate listops --out"):
+    load_task("listops", tmp_path, cache_dir=False)
+
+
 def test_listops_bad_header_or_empty_file(tmp_path):
   write_listops(tmp_path / "listops")
   (tmp_path / "listops/basic_val.tsv").write_text("Source\tTarget\n")
@@ -463,6 +472,20 @@ def test_an_unwritable_cache_only_costs_a_warning(tmp_path, caplog):
   (tmp_path / "not_a_dir").write_text("")
   splits, _ = load_task("listops", tmp_path, cache_dir=tmp_path / "not_a_dir" / "cache")
   assert len(splits["train"]) == 3 and "could not write cache" in caplog.text
+
+
+def test_a_cut_short_cache_file_is_named_and_rebuilt(tmp_path, caplog):
+  write_listops(tmp_path / "listops")
+  first, _ = load_task("listops", tmp_path, seq_len=12)
+  (entry,) = (tmp_path / "cache").iterdir()
+  broken = entry / "train.inputs.npy"
+  broken.write_bytes(broken.read_bytes()[:-10])  # e.g. a full disk or an interrupted copy
+  again, _ = load_task("listops", tmp_path, seq_len=12)
+  assert f"cannot read the cached split file {broken}" in caplog.text and "Rebuilding" in caplog.text
+  np.testing.assert_array_equal(again["train"].inputs, first["train"].inputs)
+  assert [p.name for p in (tmp_path / "cache").iterdir()] == [entry.name]  # rebuilt in place
+  load_task("listops", tmp_path, seq_len=12)  # the rebuilt entry reads back
+  assert caplog.text.count("Rebuilding") == 1
 
 
 def test_text_cache_stores_the_shared_val_test_split_once(tmp_path):

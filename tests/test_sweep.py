@@ -12,6 +12,7 @@ import time
 import pytest
 
 from configs import ablations
+from lion_jax.options import ConfigError
 from lra import run_records, sweep, sweep_report, train
 
 # Each run: one tiny layer, 2 steps on a generated 16-example ListOps (as in test_train_tasks).
@@ -110,14 +111,14 @@ def test_sweep_trains_in_parallel_resumes_and_tabulates(tmp_path, capsys):
 def test_failed_run_is_recorded_skipped_and_retried(tmp_path, capsys):
   argv = ["--tasks", "listops", "--variants", "lion_s", "--workdir", str(tmp_path / "sw"),
           "--runlocal", "--set", "no_such_field=1"]
-  assert sweep.main(argv) == 1  # run.py rejects the field: exit status 1
+  assert sweep.main(argv) == 1  # run.py rejects the field: exit status 2, a user error
   run = sweep.plan(["listops"], ["lion_s"], [0], tmp_path / "sw")[0]
   assert sweep.status(run) == "failed"
   # Written by run.py itself, from the exception (not scraped from the log); the sweep adds
   # the exit status.
   failure = run_records.read_failure(run.workdir)
-  assert failure["type"] == "AttributeError" and failure["returncode"] == 1
-  assert "no_such_field" in failure["message"]
+  assert failure["type"] == "lion_jax.options.ConfigError" and failure["returncode"] == 2
+  assert "unknown config field config.no_such_field" in failure["message"]
   assert sweep.main(argv) == 0 and "0 to run" in capsys.readouterr().out
   assert sweep.main(argv + ["--retry-failed"]) == 1 and "1 to run" in capsys.readouterr().out
 
@@ -188,6 +189,8 @@ def test_a_run_another_live_sweep_holds_is_not_trained_twice(tmp_path):
 
 
 def test_failure_records_name_the_exception_and_tell_divergence_apart(tmp_path):
+  (tmp_path / "a").mkdir()
+  (tmp_path / "b").mkdir()
   run_records.write_failure(tmp_path / "a", train.NonFiniteError("loss is nan at step 7"))
   run_records.write_failure(tmp_path / "b", ValueError("config.model.form='x' is not one of"))
   nan, bad = run_records.read_failure(tmp_path / "a"), run_records.read_failure(tmp_path / "b")
@@ -195,6 +198,9 @@ def test_failure_records_name_the_exception_and_tell_divergence_apart(tmp_path):
   assert bad == {"type": "ValueError", "message": "config.model.form='x' is not one of"}
   assert run_records.diverged(nan) and not run_records.diverged(bad)
   assert run_records.read_failure(tmp_path / "c") is None
+  # A run folder that was never created (a mistyped flag) gets none, and recording never raises.
+  assert run_records.write_failure(tmp_path / "c", ValueError("typo")) is None
+  assert not (tmp_path / "c").exists()
 
 
 def _fake(root, task, variant, seed, accuracy=None, diverged=False):
@@ -239,7 +245,7 @@ def test_snake_variants_run_on_image_tasks_only_and_have_no_paper_number(tmp_pat
       ("listops", "lion_s"), ("listops", "lion_d"), ("pathfinder", "lion_s"),
       ("pathfinder", "lion_s_snake"), ("pathfinder", "lion_d"), ("pathfinder", "lion_d_snake")]
   argv = ["--tasks", "listops", "--variants", "lion_s_snake", "--workdir", str(tmp_path)]
-  with pytest.raises(SystemExit, match="snake variants need image, pathfinder or pathx"):
+  with pytest.raises(ConfigError, match="snake variants need image, pathfinder or pathx"):
     sweep.main(argv + ["--list"])
   assert "lion_s_snake on listops" in capsys.readouterr().out
 

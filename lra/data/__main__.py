@@ -199,4 +199,5 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  from lra import cli  # pylint: disable=import-outside-toplevel  (the command line's errors)
+  sys.exit(cli.run(main, "python -m lra.data", sys.argv[1:]))

@@ -4,7 +4,8 @@ Inputs are stored in their compact dtype (uint8 / int16, never float) and reopen
 memory-mapped, so reloading is instant and Path-X (~3.3 GB as uint8) is paged in on
 demand. The key covers the task, sequence length, `max_examples`, every task option,
 a format version and each source file's path, size and mtime; delete the folder to
-force a rebuild. Folders are written under a temporary name and renamed into place,
+force a rebuild. An entry whose files cannot be read back (cut short by a full disk, say) is
+deleted and rebuilt, with a warning that names the file. Folders are written under a temporary name and renamed into place,
 so an interrupted or concurrent build never leaves a half-written entry.
 """
 
@@ -46,17 +47,34 @@ def entry_dir(cache_dir: Path, task: str, key: dict[str, Any]) -> Path:
   return Path(cache_dir) / f"{task}-{hashlib.sha256(blob.encode()).hexdigest()[:16]}"
 
 
+class CorruptCacheError(ValueError):
+  """A cache entry's file cannot be read back (cut short, or not an array); names the file."""
+
+
 def load(path: Path) -> dict[str, Split] | None:
-  """Reopens a cache entry (inputs memory-mapped); None when there is none."""
+  """Reopens a cache entry (inputs memory-mapped); None when there is none.
+
+  Raises:
+    CorruptCacheError: naming the entry's file that cannot be read (e.g. cut short by a full
+      disk or a copy that was interrupted).
+  """
   manifest = path / "manifest.json"
   if not manifest.is_file():
     return None
-  stored = json.loads(manifest.read_text())["splits"]  # split name -> stored name
-  arrays = {}
-  for name in set(stored.values()):
-    arrays[name] = Split(np.load(path / f"{name}.inputs.npy", mmap_mode="r"),
-                         np.load(path / f"{name}.lengths.npy"), np.load(path / f"{name}.labels.npy"))
-  return {split: arrays[name] for split, name in stored.items()}
+  current = manifest
+  try:
+    stored = json.loads(manifest.read_text())["splits"]  # split name -> stored name
+    arrays = {}
+    for name in set(stored.values()):
+      files = [path / f"{name}.{field}.npy" for field in _ARRAYS]
+      loaded = []
+      for current, mmap_mode in zip(files, ("r", None, None)):
+        loaded.append(np.load(current, mmap_mode=mmap_mode))
+      arrays[name] = Split(*loaded)
+    return {split: arrays[name] for split, name in stored.items()}
+  except (OSError, ValueError, KeyError, EOFError) as error:
+    raise CorruptCacheError(f"cannot read the cached split file {current} ({error}); it is a "
+                            f"cache: delete {path} and it is rebuilt from the data") from None
 
 
 def save(path: Path, splits: dict[str, Split], key: dict[str, Any]) -> None:
@@ -84,14 +102,31 @@ def save(path: Path, splits: dict[str, Split], key: dict[str, Any]) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _discard(path: Path) -> None:
+  """Moves a corrupt entry out of the way (atomically, so a concurrent reader never sees half
+  of it) and deletes it; `save` can then write the entry again."""
+  trash = path.parent / f".{path.name}.{uuid.uuid4().hex}.corrupt"
+  try:
+    os.rename(path, trash)
+  except OSError:  # another process discarded it first
+    return
+  shutil.rmtree(trash, ignore_errors=True)
+
+
 def load_or_build(cache_dir: Path, task: str, key: dict[str, Any],
                   build: Callable[[], dict[str, Split]]) -> dict[str, Split]:
   """Returns the cached splits for `key`, building and caching them on a miss.
 
-  A cache folder that cannot be written (read-only data root) only costs a warning.
+  A cache folder that cannot be written (read-only data root) only costs a warning, and so
+  does an entry that cannot be read back: it is deleted and built again.
   """
   path = entry_dir(cache_dir, task, key)
-  cached = load(path)
+  try:
+    cached = load(path)
+  except CorruptCacheError as error:
+    logging.warning("%s: %s. Rebuilding it.", task, error)
+    _discard(path)
+    cached = None
   if cached is not None:
     logging.info("%s: loaded cached splits from %s", task, path)
     return cached

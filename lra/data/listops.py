@@ -93,7 +93,11 @@ def read_tsv(path: Path, *, seq_len: int = SEQ_LEN, max_examples: int | None = N
           raise ValueError(f"label {label} outside 0..{NUM_CLASSES - 1}")
         seqs.append(tokenize(fields[0]))
       except ValueError as e:
-        raise MalformedDataError(f"{path}:{line_no}: bad ListOps row: {e}") from None
+        raise MalformedDataError(
+            f"{path}:{line_no}: bad ListOps row: {e}. A file cut short by an interrupted "
+            f"download or generation ends in such a row: delete {path.parent} and generate it "
+            f"again with `{GENERATE_COMMAND.format(root='<data_dir>')}`, or copy the release's "
+            "listops-1000/ again.") from None
       labels.append(label)
   if not labels:
     raise MalformedDataError(f"{path}: no examples after the header")

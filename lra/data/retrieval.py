@@ -23,6 +23,7 @@ NUM_CLASSES = 2
 SEQ_LEN = 4000  # per document
 SPLIT_FILES = {"train": "new_aan_pairs.train.tsv", "val": "new_aan_pairs.eval.tsv",
                "test": "new_aan_pairs.test.tsv"}
+RELEASE_URL = "https://storage.googleapis.com/long-range-arena/lra_release.gz"
 
 
 def locate(data_dir: str | os.PathLike) -> dict[str, Path]:
@@ -34,7 +35,7 @@ def locate(data_dir: str | os.PathLike) -> dict[str, Path]:
   cands = layout.candidate_dirs(data_dir, ["aan"], "tsv_data")
   folder = layout.find_dir(
       data_dir, cands, list(SPLIT_FILES.values()), what="AAN retrieval TSV files",
-      fix=("download lra_release.gz (https://storage.googleapis.com/long-range-arena/lra_release.gz), "
+      fix=(f"download lra_release.gz ({RELEASE_URL}), "
            f"extract it and copy lra_release/lra_release/tsv_data/ to {Path(data_dir) / 'aan'}/ "
            "(or point the data root at the extracted archive)."))
   return {split: folder / name for split, name in SPLIT_FILES.items()}
@@ -78,7 +79,9 @@ def read_tsv(path: Path, *, seq_len: int = SEQ_LEN, max_examples: int | None = N
         if label not in (0, 1):
           raise ValueError(f"label {fields[0].decode(errors='replace')!r} is not 0 or 1")
       except (ValueError, OverflowError) as e:
-        raise MalformedDataError(f"{path}:{line_no}: bad AAN row: {e}") from None
+        raise MalformedDataError(
+            f"{path}:{line_no}: bad AAN row: {e}. A file cut short by an interrupted download "
+            f"or extraction ends in such a row: extract {path.name} from {RELEASE_URL} again.") from None
       for doc, text in enumerate(fields[3:]):
         ids = byte_ids(text[:seq_len])
         inputs[n, doc, :len(ids)] = ids

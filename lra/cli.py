@@ -1,0 +1,101 @@
+"""How the command lines (`run.py`, `python -m lra.sweep`, `python -m lra.data`) end on an error,
+and what their `--help` lists.
+
+A mistake the user can fix prints one message, `<program>: error: <message>`, and exits with
+status 2, without a traceback: a bad config field or flag, missing or malformed data, a
+workdir that cannot be written, a resume with another config, a diverged run, a multi-process
+job whose variables disagree. Each message names what is wrong and the fix. Any other exception
+is a bug or a crash and keeps its traceback. `--traceback`, or LION_TRACEBACK=1 in the
+environment, shows the traceback of the user's errors too.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import textwrap
+from collections.abc import Callable, Sequence
+
+TRACEBACK_FLAG = "--traceback"
+TRACEBACK_ENV = "LION_TRACEBACK"
+USER_ERROR_STATUS = 2
+
+
+class CommandLineError(Exception):
+  """A flag or argument that does not parse; the message names it and what is accepted."""
+
+
+# The exceptions whose message is the whole story for the user (see the module docstring), by
+# name: matching names rather than classes keeps this module free of their imports, so that a
+# command that never imports JAX (`python -m lra.data`) does not import it to report an error.
+USER_ERRORS = frozenset({
+    "lra.cli.CommandLineError",
+    "lion_jax.options.ConfigError",  # a config field or option value (ResumeMismatchError too)
+    "lra.data.errors.MissingDataError",
+    "lra.data.errors.MalformedDataError",
+    "lra.run_records.WorkdirError",
+    "lra.train.NonFiniteError",  # the run diverged: the message says what to lower
+    "lra.distributed.ClusterError",
+})
+
+
+def is_user_error(error: BaseException) -> bool:
+  """Whether `error` is (a subclass of) one of `USER_ERRORS`."""
+  return any(f"{kind.__module__}.{kind.__qualname__}" in USER_ERRORS
+             for kind in type(error).__mro__)
+
+
+def wants_traceback(argv: Sequence[str]) -> bool:
+  """Whether `--traceback` is among the arguments or LION_TRACEBACK is set (not to 0)."""
+  return (any(arg in (TRACEBACK_FLAG, f"{TRACEBACK_FLAG}=true", f"{TRACEBACK_FLAG}=1")
+              for arg in argv)
+          or os.environ.get(TRACEBACK_ENV, "0").lower() not in ("", "0", "false"))
+
+
+def run(main: Callable[[], int | None], program: str, argv: Sequence[str],
+        on_error: Callable[[BaseException], None] | None = None) -> int:
+  """Calls `main()`; a user error becomes one line on stderr and status 2.
+
+  Args:
+    main: the command's work; returns its exit status (None: 0).
+    program: the name the message starts with, e.g. "run.py".
+    argv: the command's arguments (searched for `--traceback`).
+    on_error: called with any exception `main` raises, before it is reported (it must not
+      raise), e.g. to leave a failure record in the run's workdir.
+
+  Returns:
+    The exit status: `main`'s, or 2 after a user error.
+  """
+  try:
+    return main() or 0
+  except Exception as error:  # pylint: disable=broad-exception-caught  (re-raised unless the user's)
+    if on_error is not None:
+      on_error(error)
+    if is_user_error(error) and not wants_traceback(argv):
+      print(f"{program}: error: {error}", file=sys.stderr, flush=True)
+      return USER_ERROR_STATUS
+    raise
+
+
+def catalogue() -> str:
+  """The tasks, variants, variant groups and presets, as `--help` lists them."""
+  from configs import ablations, common  # pylint: disable=import-outside-toplevel  (imports jax)
+  tasks = common.TASKS
+  lines = [f"Tasks: {', '.join(tasks)}.", "",
+           "Variants (--config configs/<task>.py:<variant>; default lion_s):",
+           f"  every task: {', '.join(common.VARIANTS)}",
+           f"  image, pathfinder, pathx only (LION♮ snake orders): {', '.join(common.GRID_VARIANTS)}"]
+  for baseline in common.BASELINE_VARIANTS:
+    having = [t for t in tasks if baseline in common.task_variants(t)]
+    lines.append(f"  {baseline} (baseline): {', '.join(having)}")
+  lines += ["", "Variant groups (python -m lra.sweep --variants <group>):"]
+  everything = {**common.VARIANTS, **common.GRID_VARIANTS, **common.BASELINE_VARIANTS}
+  for name, group in {**ablations.GROUPS, "all": tuple(everything)}.items():
+    lines.append(f"  {name} ({len(group)}): {', '.join(group)}")
+  lines += ["", "Presets (after the variant: configs/<task>.py:<variant>,<preset>):"]
+  presets = {**common.PRESET_FLAGS, "demo": "ListOps only: what `make demo` trains"}
+  width = max(map(len, presets))
+  lines += [f"  {name:<{width}}  {what}" for name, what in presets.items()]
+  wrap = lambda line: textwrap.fill(line, width=100, subsequent_indent=" " * 6,
+                                    break_on_hyphens=False)
+  return "\n".join(map(wrap, lines)) + "\n"

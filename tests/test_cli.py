@@ -1,0 +1,127 @@
+"""The command lines as a user meets them: a mistake the user can fix is one message on stderr
+and exit status 2, never a traceback (`lra.cli`); `--traceback` shows it; `--help` exits 0 and
+lists what there is to run; a trainer that crashes still leaves a record the sweep reports.
+
+Every command here stops before anything is compiled (a second or two each).
+"""
+
+import importlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lra import cli, run_records, sweep, sweep_report
+from tests.test_data_loaders import write_listops
+
+ROOT = Path(__file__).resolve().parents[1]
+LISTOPS = ["--config=configs/listops.py:lion_s,runlocal"]
+
+
+def command(*args, env=None):
+  """Runs `python *args` in the repository; returns (exit status, stdout, stderr)."""
+  environ = {k: v for k, v in os.environ.items() if k != cli.TRACEBACK_ENV}
+  environ.update(JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT), **(env or {}))
+  proc = subprocess.run([sys.executable, *map(str, args)], cwd=ROOT, env=environ,
+                        capture_output=True, text=True, timeout=120)
+  return proc.returncode, proc.stdout, proc.stderr
+
+
+def assert_one_message(result, program, *fragments):
+  """Exit status 2 and stderr is `<program>: error: ...` holding every fragment, no traceback."""
+  status, _, stderr = result
+  lines = [line for line in stderr.splitlines() if line.strip()]
+  assert status == 2 and len(lines) == 1, stderr
+  assert lines[0].startswith(f"{program}: error: "), stderr
+  for fragment in fragments:
+    assert fragment in lines[0], stderr
+
+
+def test_every_user_error_name_is_a_real_exception_class():
+  for name in cli.USER_ERRORS:
+    module, _, qualname = name.rpartition(".")
+    assert issubclass(getattr(importlib.import_module(module), qualname), Exception), name
+
+
+@pytest.mark.parametrize("flag, fragments", [
+    ("--config.model.decya=fixed", ["unknown config field config.model.decya",
+                                    "did you mean config.model.decay?", "fields of config.model:"]),
+    ("--config.learning_rat=0.1", ["config.learning_rat", "did you mean config.learning_rate"]),
+    ("--config.batch_size=-8", ["config.batch_size=-8 must be a positive integer"]),
+    ("--config.batch_size=eight", ["flag --config.batch_size=eight", "--help"]),
+    ("--no_such_flag", ["Unknown command line flag 'no_such_flag'"]),
+])
+def test_a_bad_flag_is_one_message_that_names_it(tmp_path, flag, fragments):
+  assert_one_message(command("run.py", *LISTOPS, f"--workdir={tmp_path / 'run'}", flag),
+                     "run.py", *fragments)
+  assert not (tmp_path / "run").exists()  # a mistyped command leaves no folder behind
+
+
+def test_an_unknown_variant_or_config_file_is_one_message(tmp_path):
+  assert_one_message(command("run.py", "--config=configs/listops.py:lion_q",
+                             f"--workdir={tmp_path}"),
+                     "run.py", "unknown variant 'lion_q'; known variants: lion_s")
+  assert_one_message(command("run.py", "--config=configs/lisops.py", f"--workdir={tmp_path}"),
+                     "run.py", "--config=configs/lisops.py: no such file", "listops")
+
+
+def test_traceback_flag_or_variable_shows_the_trace(tmp_path):
+  args = ["run.py", *LISTOPS, f"--workdir={tmp_path}", "--config.batch_size=-8"]
+  for result in (command(*args, "--traceback"), command(*args, env={cli.TRACEBACK_ENV: "1"})):
+    assert result[0] != 0 and "Traceback (most recent call last)" in result[2], result[2]
+    assert "ConfigError: config.batch_size=-8" in result[2]
+
+
+def test_an_unwritable_workdir_is_one_message_and_leaves_no_record():
+  assert_one_message(command("run.py", *LISTOPS, "--workdir=/proc/lion_run"), "run.py",
+                     "cannot create the run folder /proc/lion_run", "pass a --workdir you can write")
+  assert run_records.write_failure("/proc/lion_run", OSError("recording must not raise")) is None
+
+
+def test_a_truncated_data_file_is_one_message_with_the_fix(tmp_path):
+  write_listops(tmp_path / "data" / "listops")
+  path = tmp_path / "data/listops/basic_val.tsv"
+  path.write_bytes(path.read_bytes()[:-6])
+  workdir = tmp_path / "run"
+  assert_one_message(command("run.py", *LISTOPS, f"--workdir={workdir}",
+                             f"--config.data_dir={tmp_path / 'data'}"),
+                     "run.py", f"{path}:4: bad ListOps row", "cut short",
+                     "python -m lra.data generate listops")
+  # The run had started: its folder records why it stopped, for a sweep to report.
+  assert run_records.read_failure(workdir)["type"] == "lra.data.errors.MalformedDataError"
+
+
+def test_sweep_errors_are_one_message(tmp_path):
+  assert_one_message(command("-m", "lra.sweep", "--workdir", tmp_path, "--variants",
+                             "lion_s,abl7_softplus,lion_s_log_additive"),
+                     "python -m lra.sweep", "unknown variant or group 'lion_s_log_additive'",
+                     "groups: all, table3")
+
+
+@pytest.mark.parametrize("program", [["run.py"], ["-m", "lra.sweep"]])
+def test_help_exits_0_and_lists_tasks_variants_groups_and_presets(program):
+  status, stdout, stderr = command(*program, "--help")
+  assert status == 0, stderr
+  for listed in ("Tasks: listops, text, retrieval, image, pathfinder, pathx",
+                 "every task: lion_s, lion_d, lion_lit", "lion_s_snake", "transformer (baseline)",
+                 "table3 (5): lion_lit", "hippo_vs_random (6)", "positions (4)", "all (22)",
+                 "runlocal ", "cpu_long ", "demo "):
+    assert listed in stdout, listed
+  assert "--traceback" in stdout
+
+
+def test_a_trainer_that_aborts_leaves_a_record_the_sweep_reports(tmp_path):
+  # What an XLA fatal check does (exit status 134 in a shell): abort() after its log line.
+  crash = ("import os, sys; print('F1125 12:00:00.000 1 rendezvous.cc:161] Termination timeout "
+           "for `collective permute` of 40 seconds exceeded.', flush=True); os.abort()")
+  run = run_records.Run("pathx", "lion_s", 0, tmp_path / "pathx/lion_s/seed0",
+                        (sys.executable, "-c", crash))
+  assert sweep.execute(run) == "failed"
+  failure = run_records.read_failure(run.workdir)
+  assert failure["type"] == "SIGABRT" and failure["returncode"] == -6
+  assert failure["message"].startswith("crashed with SIGABRT (exit status 134 in a shell): F1125")
+  (record,) = sweep_report.collect([run])
+  assert record["status"] == "failed" and "SIGABRT: crashed with SIGABRT" in record["error"]
+  assert "✗ error" in sweep_report.markdown([record], ["pathx"], ["lion_s"])
