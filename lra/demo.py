@@ -18,17 +18,10 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 from configs import listops as listops_config
-from lra import train
+from lra import metrics, train
 
 MARGIN = 0.10  # the demo must beat the majority class by this much
-
-
-def _majority_rate(labels: np.ndarray) -> tuple[int, float]:
-  counts = np.bincount(labels)
-  return int(np.argmax(counts)), float(counts.max() / counts.sum())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -51,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
   report = train.evaluate(config, str(workdir), progress=False)
   wall = time.perf_counter() - tic
   splits, _ = train.load_data(config)
-  majority_class, baseline = _majority_rate(np.asarray(splits["test"].labels))
+  majority_class, baseline = metrics.majority_class(splits["test"].labels)
 
   rows = [
       ("test accuracy (best-val checkpoint)", f"{100 * results['test_accuracy']:.2f}%"),

@@ -25,6 +25,13 @@ TIMING_FILE = "timing.jsonl"
 CURVES_FILE = "curves.png"
 
 
+def majority_class(labels) -> tuple[int, float]:
+  """The most frequent label and the accuracy of always predicting it (the chance level a
+  classifier has to beat)."""
+  counts = np.bincount(np.asarray(labels))
+  return int(np.argmax(counts)), float(counts.max() / counts.sum())
+
+
 def averages(sums: Mapping[str, float], prefix: str) -> dict[str, float]:
   """{"loss_sum", "correct_sum", "count", ...} -> {"<prefix>loss", "<prefix>accuracy", ...}.
 

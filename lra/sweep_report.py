@@ -1,5 +1,7 @@
-"""The tables and plot of an `lra.sweep`: results.csv, results.md (laid out like the paper's
-Tables 3, 6 and 7, our mean ± std beside the paper's number) and results.png.
+"""The tables and plots of an `lra.sweep`: results.csv, results.md (laid out like the paper's
+Tables 3, 6 and 7, our mean ± std beside the paper's number, the majority class of each task
+beneath, and a warning for a task on which no model beats it by `CHANCE_MARGIN` points),
+results.png, and from the runs' timing speed.md and curves.png.
 
 Accuracies are test accuracy at the best-validation checkpoint, in percent. The std is the
 sample standard deviation over seeds (n − 1); a single seed shows no ±.
@@ -18,9 +20,13 @@ from lra.run_records import RESULTS_FILE, Run, diverged, read_failure, status
 
 # Validation accuracies (%) whose first crossing the speed table times.
 LEVELS = (20, 30, 40, 50, 60, 70, 80, 90)
+# Percentage points by which some model must beat the majority class before a task's column
+# compares anything (results.md warns otherwise).
+CHANCE_MARGIN = 5.0
 
 CSV_FIELDS = ("task", "variant", "seed", "status", "test_accuracy", "best_val_accuracy",
-              "best_step", "total_steps", "num_params", "train_examples_per_sec",
+              "majority_test_accuracy", "best_step", "total_steps", "num_params",
+              "train_examples_per_sec",
               "peak_host_memory_bytes", "device_peak_bytes", "paper",
               "error", "workdir")
 
@@ -35,8 +41,9 @@ def collect(runs: list[Run]) -> list[dict]:
     if record["status"] == "done":
       results = json.loads((run.workdir / RESULTS_FILE).read_text())
       record.update({k: results.get(k) for k in CSV_FIELDS if k in results})
-      for key in ("test_accuracy", "best_val_accuracy"):
-        record[key] = round(100 * results[key], 4)
+      for key in ("test_accuracy", "best_val_accuracy", "majority_test_accuracy"):
+        if results.get(key) is not None:  # runs before the majority class was recorded lack it
+          record[key] = round(100 * results[key], 4)
       record["timing"] = read_timing(run.workdir)
     elif record["status"] == "failed":
       failure = read_failure(run.workdir)
@@ -117,6 +124,12 @@ def markdown(records: list[dict], tasks: list[str], variants: list[str], setting
         row.append(f"{ours} ({statistics.fmean(papers):.2f})" if None not in papers
                    else f"{ours} (✗)")
     lines.append(f"| {ablations.LABELS.get(variant, variant)} | " + " | ".join(row) + " |")
+  chance = _majority(records)
+  if chance:
+    row = [f"{chance[t]:.2f}" if t in chance else "–" for t in tasks]
+    lines.append("| Majority class (chance) | " + " | ".join(row + [""] * (len(head) - len(tasks)))
+                 + " |")
+  warnings = _too_short(cells, chance, tasks, variants)
   lines += _parameter_table(records, tasks, variants)
   done = sum(r["status"] == "done" for r in records)
   notes = [
@@ -128,9 +141,39 @@ def markdown(records: list[dict], tasks: list[str], variants: list[str], setting
       "run stopped on a non-finite loss. n/a: the variant does not exist for the task. Avg: "
       "over the columns shown, only when every column has a number.",
   ]
+  if chance:
+    notes.append("Majority class: the test accuracy of always answering the test split's most "
+                 "frequent label, the level a model has to beat.")
+  notes += warnings
   if settings:
     notes.append(f"Sweep settings: `{settings}`.")
   return "\n".join(lines + notes) + "\n"
+
+
+def _majority(records: list[dict]) -> dict[str, float]:
+  """task -> the majority-class test accuracy (%) its finished runs recorded."""
+  return {r["task"]: r["majority_test_accuracy"] for r in records
+          if r["status"] == "done" and r.get("majority_test_accuracy") is not None}
+
+
+def _too_short(cells: dict, chance: dict[str, float], tasks: list[str],
+               variants: list[str]) -> list[str]:
+  """Markdown notes for the tasks where no model beats chance by `CHANCE_MARGIN` points: there
+  the runs were too short (or the data too small) to tell the models apart."""
+  notes = []
+  for task in tasks:
+    means = {v: _mean_std(cells[v, task]["values"])[0] for v in variants
+             if cells.get((v, task), {}).get("values")}
+    if task not in chance or not means:
+      continue
+    best = max(means, key=means.get)
+    if means[best] < chance[task] + CHANCE_MARGIN:
+      notes.append(
+          f"**{ablations.TASK_LABELS[task]}: too short to compare.** No model beats the "
+          f"majority class ({chance[task]:.2f}%) by {CHANCE_MARGIN:g} points (best: "
+          f"{ablations.LABELS.get(best, best)}, {means[best]:.2f}%): these runs learnt (next to) "
+          "nothing, so their differences are noise; train longer before comparing models.")
+  return notes
 
 
 def _parameter_table(records: list[dict], tasks: list[str], variants: list[str]) -> list[str]:
@@ -189,7 +232,7 @@ def plot(records: list[dict], tasks: list[str], variants: list[str], path: Path)
 
 
 def _speed(records: list[dict]) -> dict[tuple[str, str], dict]:
-  """(variant, task) -> means over the finished seeds of speed, memory, accuracy and the
+  """(variant, task) -> per-seed values of the finished seeds: speed, memory, accuracy and the
   training seconds to first reach each of `LEVELS` (None where a seed never did)."""
   groups: dict[tuple[str, str], list[dict]] = {}
   for r in records:
@@ -197,52 +240,65 @@ def _speed(records: list[dict]) -> dict[tuple[str, str], dict]:
       groups.setdefault((r["variant"], r["task"]), []).append(r)
   out = {}
   for key, runs in groups.items():
-    def mean(values):
-      values = [v for v in values if v is not None]
-      return statistics.fmean(values) if values else None
     last = [run["timing"][-1] for run in runs]
-    reach = {}
-    for level in LEVELS:
-      firsts = [next((row["train_seconds"] for row in run["timing"]
-                      if 100 * row["eval_accuracy"] >= level), None) for run in runs]
-      reach[level] = None if None in firsts else statistics.fmean(firsts)
     out[key] = {
-        "steps_per_sec": mean([row["timed_steps"] / row["train_seconds"]
-                               if row["train_seconds"] else None for row in last]),
-        "examples_per_sec": mean([run.get("train_examples_per_sec") for run in runs]),
-        "peak_bytes": mean([run.get("device_peak_bytes") or run.get("peak_host_memory_bytes")
-                            for run in runs]),
-        "test_accuracy": mean([run["test_accuracy"] for run in runs]),
-        "seconds": mean([row["train_seconds"] for row in last]), "reach": reach}
+        "steps_per_sec": [row["timed_steps"] / row["train_seconds"] if row["train_seconds"]
+                          else None for row in last],
+        "examples_per_sec": [run.get("train_examples_per_sec") for run in runs],
+        "peak_bytes": [run.get("device_peak_bytes") or run.get("peak_host_memory_bytes")
+                       for run in runs],
+        "seconds": [row["train_seconds"] for row in last],
+        "test_accuracy": [run["test_accuracy"] for run in runs],
+        "reach": {level: [next((row["train_seconds"] for row in run["timing"]
+                                if 100 * row["eval_accuracy"] >= level), None) for run in runs]
+                  for level in LEVELS}}
   return out
 
 
+def _spread(values: list, spec: str, scale: float = 1.0, unit: str = "") -> str:
+  """'mean ± sample std' of the known values ('mean' for one, '–' for none)."""
+  values = [v / scale for v in values if v is not None]
+  if not values:
+    return "–"
+  mean, std = _mean_std(values)
+  return format(mean, spec) + ("" if std is None else f" ± {format(std, spec)}") + unit
+
+
 def speed_markdown(records: list[dict], tasks: list[str], variants: list[str]) -> str:
-  """Accuracy against training time: one row per (task, variant), means over seeds."""
+  """Accuracy against training time: one row per (task, variant), mean ± std over seeds."""
   speed = _speed(records)
   if not speed:
     return ""
-  levels = [lv for lv in LEVELS if any(cell["reach"][lv] is not None for cell in speed.values())]
-  head = ["Task", "Model", "steps/s", "examples/s", "peak memory", "train s", "test acc."]
+  reached = lambda level: any(None not in cell["reach"][level] for cell in speed.values())
+  levels = [lv for lv in LEVELS if reached(lv)]
+  head = ["Task", "Model", "seeds", "steps/s", "examples/s", "peak memory", "train s", "test acc."]
   head += [f"s to {lv}%" for lv in levels]
   lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
-  fmt = lambda v, spec: "–" if v is None else format(v, spec)
   for task in tasks:
     for variant in variants:
       cell = speed.get((variant, task))
       if cell is None:
         continue
-      peak = "–" if cell["peak_bytes"] is None else f"{cell['peak_bytes'] / 2**20:,.0f} MiB"
       row = [ablations.TASK_LABELS[task], ablations.LABELS.get(variant, variant),
-             fmt(cell["steps_per_sec"], ".2f"), fmt(cell["examples_per_sec"], ".1f"), peak,
-             fmt(cell["seconds"], ".1f"), fmt(cell["test_accuracy"], ".2f")]
-      row += [fmt(cell["reach"][lv], ".0f") for lv in levels]
+             str(len(cell["seconds"])), _spread(cell["steps_per_sec"], ".2f"),
+             _spread(cell["examples_per_sec"], ".1f"),
+             _spread(cell["peak_bytes"], ",.0f", 2**20, " MiB"), _spread(cell["seconds"], ".1f"),
+             _spread(cell["test_accuracy"], ".2f")]
+      row += ["–" if None in cell["reach"][lv] else _spread(cell["reach"][lv], ".0f")
+              for lv in levels]
       lines.append("| " + " | ".join(row) + " |")
-  note = ("Means over the finished seeds. steps/s and train s: training steps only (no "
-          "compilation, evaluation or checkpoints), from each run's timing.jsonl; peak memory: "
-          "the device's peak where the backend reports one, else the process's peak resident "
-          "memory; s to N%: training seconds until validation accuracy first reached N% "
-          "(– where a seed never did).")
+  note = ("Mean ± sample std over the finished seeds (no ± for one seed). steps/s and train s: "
+          "training steps only (no compilation, evaluation or checkpoints), from each run's "
+          "timing.jsonl; peak memory: the device's peak where the backend reports one, else "
+          "the process's peak resident memory; s to N%: training seconds until validation "
+          "accuracy first reached N%, – where a seed never did.")
+  missing = [lv for lv in LEVELS if lv not in levels]
+  if missing and not levels:
+    note += (f" There is no \"s to N%\" column: no model reached {LEVELS[0]}% validation "
+             "accuracy in every seed.")
+  elif missing:
+    note += (f" No \"s to N%\" column for {', '.join(f'{lv}%' for lv in missing)}: no model "
+             "reached it in every seed.")
   return "\n".join(lines + ["", note]) + "\n"
 
 
@@ -252,6 +308,7 @@ def plot_curves(records: list[dict], tasks: list[str], variants: list[str], path
   import matplotlib  # pylint: disable=import-outside-toplevel
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+  chance = _majority(records)
   fig, axes = plt.subplots(len(tasks), 2, figsize=(10, 3.6 * len(tasks)), squeeze=False)
   for (ax_time, ax_step), task in zip(axes, tasks):
     for i, variant in enumerate(variants):
@@ -268,13 +325,16 @@ def plot_curves(records: list[dict], tasks: list[str], variants: list[str], path
       ax_time.plot(seconds, accuracy, "o-", color=f"C{i}", ms=3, label=label)
       ax_step.plot(steps, accuracy, "o-", color=f"C{i}", ms=3, label=label)
     for ax, xlabel in ((ax_time, "training seconds"), (ax_step, "step")):
+      if task in chance:
+        ax.axhline(chance[task], color="gray", ls="--", lw=1, label="majority class (test)")
       ax.set_title(ablations.TASK_LABELS[task])
       ax.set_xlabel(xlabel)
       ax.set_ylabel("validation accuracy (%)")
       ax.grid(alpha=0.3)
-    ax_step.legend(fontsize=8)
+    # Outside the axes, right of the row: a legend inside would cover the curves' ends.
+    ax_step.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
   fig.tight_layout()
-  fig.savefig(path, dpi=120)
+  fig.savefig(path, dpi=120, bbox_inches="tight")
   plt.close(fig)
 
 

@@ -299,9 +299,32 @@ def test_speed_report_times_accuracy_against_training_seconds(tmp_path):
   paths = sweep_report.write_reports(runs, root / "out", ["listops"], ["s5", "lion_s"])
   assert [p.name for p in paths[3:]] == ["speed.md", "curves.png"] and paths[4].stat().st_size
   lines = (root / "out/speed.md").read_text().splitlines()
-  assert lines[0].startswith("| Task | Model | steps/s |") and "s to 20% | s to 30% |" in lines[0]
+  assert lines[0].startswith("| Task | Model | seeds | steps/s |")
+  assert lines[0].endswith("| s to 20% | s to 30% |")
   cells = lambda line: [c.strip() for c in line.strip("| ").split("|")]
   s5, lion = cells(lines[2]), cells(lines[3])
-  # steps/s: 19 timed steps in 10 and 14 s; 20%: first at 10 and 7 s; 30%: seed 0 never did.
-  assert s5[1] == "S5" and s5[2] == "1.63" and s5[-2:] == ["8", "–"]
-  assert lion[2] == "4.75" and lion[-2:] == ["2", "4"]
+  # steps/s: 19 timed steps in 10 and 14 s (mean ± sample std); 20%: first at 10 and 7 s;
+  # 30%: seed 0 never did. One seed has no ±.
+  assert s5[1:4] == ["S5", "2", "1.63 ± 0.38"] and s5[-2:] == ["8 ± 2", "–"]
+  assert lion[2:4] == ["1", "4.75"] and lion[-2:] == ["2", "4"]
+  # Why the columns for 40% and above are missing is said, not left to guess.
+  assert 'No "s to N%" column for 40%, 50%, 60%, 70%, 80%, 90%: no model reached it' in lines[-1]
+
+
+def test_results_give_the_majority_class_and_warn_when_no_model_beats_it(tmp_path):
+  """A runlocal sweep compares nothing: results.md says so beside the chance line, rather than
+  set chance-level numbers next to the paper's."""
+  root = tmp_path / "sw"
+  runs = [_fake(root, "listops", "lion_s", 0, 0.19), _fake(root, "listops", "s5", 0, 0.21),
+          _fake(root, "pathfinder", "lion_s", 0, 0.80)]
+  for run, chance in zip(runs, (0.173, 0.173, 0.50)):
+    record = json.loads((run.workdir / "results.json").read_text())
+    (run.workdir / "results.json").write_text(json.dumps({**record,
+                                                          "majority_test_accuracy": chance}))
+  sweep_report.write_reports(runs, root / "out", ["listops", "pathfinder"], ["s5", "lion_s"])
+  text = (root / "out/results.md").read_text()
+  assert "| Majority class (chance) | 17.30 | 50.00 |  |" in text.splitlines()
+  assert ("**ListOps: too short to compare.** No model beats the majority class (17.30%) by 5 "
+          "points (best: S5, 21.00%)") in text
+  assert "Pathfinder: too short" not in text
+  assert next(csv.DictReader((root / "out/results.csv").open()))["majority_test_accuracy"] == "17.3"

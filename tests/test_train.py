@@ -73,6 +73,9 @@ def test_a_run_writes_every_output_of_the_workdir(finished_run, data_dir):
   for key in ("best_val_accuracy", "test_accuracy", "best_step", "num_params", "train_examples_per_sec"):
     assert saved[key] is not None, key
   assert 0 <= saved["test_accuracy"] <= 1 and saved["test_examples"] == 16
+  # The chance level beside it: always answering the test split's most frequent label.
+  labels = np.asarray(train.load_data(config)[0]["test"].labels)
+  assert saved["majority_test_accuracy"] == np.bincount(labels).max() / len(labels)
   assert json.loads((workdir / "config.json").read_text())["model"]["d_model"] == 16
   rows = metrics.read_metrics(workdir)
   assert [r["step"] for r in rows if "train_loss" in r] == [2, 4, 6]
@@ -87,6 +90,14 @@ def test_a_run_writes_every_output_of_the_workdir(finished_run, data_dir):
   assert [t["timed_steps"] for t in timing] == [2, 5]  # step 1 compiles
   assert saved["peak_host_memory_bytes"] > 2**20
   assert sorted(p.name for p in (workdir / "checkpoints").iterdir()) == ["3", "6"]
+
+
+def test_results_name_the_form_the_model_really_runs():
+  # LION in its evaluation form; a baseline in its one form, never LION's default chunk_scan.
+  forms = {variant: train.form_name(listops_config.get_config(f"{variant},runlocal"))
+           for variant in ("lion_s", "s5", "transformer")}
+  assert forms == {"lion_s": "chunk_scan", "s5": "s5 associative scan",
+                   "transformer": "softmax attention"}
 
 
 def test_one_compile_per_shape(finished_run):
