@@ -274,7 +274,7 @@ def _warn_if_changed(run: Run) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-  parser = argparse.ArgumentParser(prog="python -m lra.sweep", description=__doc__,
+  parser = argparse.ArgumentParser(prog="lion-sweep", description=__doc__,
                                    epilog=cli.catalogue(),
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("--tasks", default="listops,pathfinder", help="comma list of " + ",".join(common.TASKS))
@@ -333,5 +333,11 @@ def main(argv: list[str] | None = None) -> int:
   return 1 if counts.get("failed") else 0
 
 
+def console_main(program: str = "lion-sweep") -> int:
+  """The `lion-sweep` console script (and `python -m lra.sweep`): `main` with the user's errors
+  as one message (`lra.cli`)."""
+  return cli.run(main, program, sys.argv[1:])
+
+
 if __name__ == "__main__":
-  sys.exit(cli.run(main, "python -m lra.sweep", sys.argv[1:]))
+  sys.exit(console_main("python -m lra.sweep"))

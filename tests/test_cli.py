@@ -20,13 +20,21 @@ ROOT = Path(__file__).resolve().parents[1]
 LISTOPS = ["--config=configs/listops.py:lion_s,runlocal"]
 
 
-def command(*args, env=None):
-  """Runs `python *args` in the repository; returns (exit status, stdout, stderr)."""
+def command(*args, env=None, program=sys.executable, cwd=ROOT):
+  """Runs `program *args` (default: `python *args` in the repository); returns (exit status,
+  stdout, stderr)."""
   environ = {k: v for k, v in os.environ.items() if k != cli.TRACEBACK_ENV}
   environ.update(JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT), **(env or {}))
-  proc = subprocess.run([sys.executable, *map(str, args)], cwd=ROOT, env=environ,
+  proc = subprocess.run([str(program), *map(str, args)], cwd=cwd, env=environ,
                         capture_output=True, text=True, timeout=120)
   return proc.returncode, proc.stdout, proc.stderr
+
+
+def console_script(name):
+  """The path of an installed console script of pyproject.toml, next to this Python."""
+  path = Path(sys.executable).parent / name
+  assert path.is_file(), f"{name} is not installed next to {sys.executable}: run `make venv`"
+  return path
 
 
 def assert_one_message(result, program, *fragments):
@@ -100,9 +108,11 @@ def test_sweep_errors_are_one_message(tmp_path):
                      "groups: all, table3")
 
 
-@pytest.mark.parametrize("program", [["run.py"], ["-m", "lra.sweep"]])
+@pytest.mark.parametrize("program", ["run.py", "lion-train", "lion-sweep"])
 def test_help_exits_0_and_lists_tasks_variants_groups_and_presets(program):
-  status, stdout, stderr = command(*program, "--help")
+  result = (command("run.py", "--help") if program == "run.py" else
+            command("--help", program=console_script(program)))
+  status, stdout, stderr = result
   assert status == 0, stderr
   for listed in ("Tasks: listops, text, retrieval, image, pathfinder, pathx",
                  "every task: lion_s, lion_d, lion_lit", "lion_s_snake", "transformer (baseline)",
@@ -110,6 +120,15 @@ def test_help_exits_0_and_lists_tasks_variants_groups_and_presets(program):
                  "runlocal ", "cpu_long ", "demo "):
     assert listed in stdout, listed
   assert "--traceback" in stdout
+
+
+def test_console_scripts_work_from_any_folder_without_activating(tmp_path):
+  # `.venv/bin/lion-train` after `make demo`, from outside the clone: `configs/...` is looked up
+  # in the project, and errors are the same one message.
+  assert_one_message(command("--config=configs/listops.py:lion_q", f"--workdir={tmp_path / 'r'}",
+                             program=console_script("lion-train"), cwd=tmp_path),
+                     "lion-train", "unknown variant 'lion_q'")
+  assert command("--help", program=console_script("lion-data"), cwd=tmp_path)[0] == 0
 
 
 def test_a_trainer_that_aborts_leaves_a_record_the_sweep_reports(tmp_path):

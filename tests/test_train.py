@@ -9,11 +9,16 @@ import shutil
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import nnx
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from configs import listops as listops_config
+from lion_jax.blocks import MIXERS
+from lion_jax.models import masked_mean
+from lion_jax.options import CHOICES
 from configs import workdir as workdir_config
 from lra import checkpoint, metrics, resume, steps, train
 from lra.data.errors import MissingDataError
@@ -239,6 +244,28 @@ def test_a_run_stored_before_a_model_field_existed_resumes_as_it_was_trained(fin
                      match=r"model\.fixed_gate: False in .*--config\.model\.fixed_gate=False"):
     resume.check_resumable(tiny_config(config.data_dir, **{"model.decay": "fixed"}), workdir)
   resume.check_resumable(workdir_config.get_config(str(workdir)), workdir)
+
+
+class MeanMixer(nnx.Module):
+  """A toy sequence mixer: every token gets a projection of the mean of the real tokens."""
+
+  def __init__(self, config, *, rngs):
+    self.proj = nnx.Linear(config.d_model, config.d_model, rngs=rngs)
+
+  def __call__(self, x, mask=None, *, form=None, chunk_size=None):  # [B, L, M] -> [B, L, M]
+    mask = jnp.ones(x.shape[:2], bool) if mask is None else mask
+    return jnp.broadcast_to(self.proj(masked_mean(x, mask))[:, None], x.shape)
+
+
+def test_a_new_mixer_is_a_module_and_two_registry_entries(data_dir, tmp_path, monkeypatch):
+  # docs/design.md, "A sequence mixer": the module, its name among the valid `mixer` values,
+  # and the name -> module entry the blocks build from. Everything else is shared.
+  monkeypatch.setitem(CHOICES, "mixer", (*CHOICES["mixer"], "mean"))
+  monkeypatch.setitem(MIXERS, "mean", MeanMixer)
+  config = tiny_config(data_dir, **{"model.mixer": "mean", "model.chunk_size": 64})  # LION's
+  results = train.train_and_evaluate(config, str(tmp_path), progress=False)
+  assert results["eval_form"] == "mean" and 0 <= results["test_accuracy"] <= 1
+  assert results["num_params"] > 0 and (tmp_path / "curves.png").is_file()
 
 
 def test_test_accuracy_comes_from_the_best_validation_checkpoint(data_dir, tmp_path, monkeypatch):

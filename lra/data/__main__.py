@@ -140,7 +140,7 @@ def _scan_orders(args: argparse.Namespace) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-  parser = argparse.ArgumentParser(prog="python -m lra.data", description=__doc__.split("\n")[0])
+  parser = argparse.ArgumentParser(prog="lion-data", description=__doc__.split("\n")[0])
   sub = parser.add_subparsers(dest="command", required=True)
   gen = sub.add_parser("generate", help="write a generated dataset in the release layout")
   tasks = gen.add_subparsers(dest="task", required=True)
@@ -198,6 +198,12 @@ def main(argv: list[str] | None = None) -> None:
   args.run(args)
 
 
-if __name__ == "__main__":
+def console_main(program: str = "lion-data") -> int:
+  """The `lion-data` console script (and `python -m lra.data`): `main` with the user's errors as
+  one message (`lra.cli`)."""
   from lra import cli  # pylint: disable=import-outside-toplevel  (the command line's errors)
-  sys.exit(cli.run(main, "python -m lra.data", sys.argv[1:]))
+  return cli.run(main, program, sys.argv[1:])
+
+
+if __name__ == "__main__":
+  sys.exit(console_main("python -m lra.data"))
