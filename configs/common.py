@@ -295,7 +295,7 @@ def get_base_config(task: str, arg: str | None, *, batch_size: int, num_epochs: 
 
   # Device mesh (data, seq): the batch is split over `data` devices and every sequence over
   # `seq` devices (context parallelism: each LION layer runs `chunk_scan` on its L/seq tokens
-  # and exchanges only per-head states; README "Long sequences over several devices").
+  # and exchanges only per-head states; docs/multi_device.md).
   # data = -1: every device not used by `seq`. The default (-1, 1) is pure data parallelism.
   config.mesh = DEFAULT_MESH
   # Global batch size, split over the `data` devices (must divide evenly).

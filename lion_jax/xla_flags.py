@@ -18,7 +18,7 @@ themselves.
 A user's own choice wins: if `XLA_FLAGS` already names the YNN fusion flag, it is left alone. The
 flag is added only on jaxlib 0.10.x, where the crash was seen; later jaxlibs keep XLA's defaults.
 (XLA aborts on a flag it does not know; jaxlib 0.12 still knows this one, and still builds YNN
-fusions by default, but the crash was not reproduced on it: see the README.)
+fusions by default, but the crash was not reproduced on it: see docs/usage.md, "Any x86-64 CPU".)
 """
 
 from __future__ import annotations

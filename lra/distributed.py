@@ -7,8 +7,8 @@
 
 A job is described either by JAX's own variables (`JAX_COORDINATOR_ADDRESS`,
 `JAX_NUM_PROCESSES`, `JAX_PROCESS_ID`) or by an Open MPI / SLURM launch of more than
-one process, whose variables `jax.distributed.initialize()` reads by itself. README
-"Multi-host training" has the commands.
+one process, whose variables `jax.distributed.initialize()` reads by itself. docs/multi_device.md
+has the commands.
 
 JAX reports an unreachable coordinator by aborting the process after its timeout, with
 a gRPC status as the only message; a process that is not the coordinator therefore
@@ -67,7 +67,7 @@ class ClusterSpec:
       missing = [name for name in JAX_VARIABLES if not env.get(name)]
       if missing:
         raise ClusterError(f"JAX_COORDINATOR_ADDRESS is set but {', '.join(missing)} is not; "
-                           "set all three on every process (README: Multi-host training)")
+                           "set all three on every process (docs/multi_device.md)")
       address = env["JAX_COORDINATOR_ADDRESS"]
       host, _, port = address.rpartition(":")
       try:

@@ -9,8 +9,7 @@ train and eval each get their own graphdef, split once; both share the same weig
 Batches are sharded over a (`data`, `seq`) mesh of every device of every process, the
 batch axis over `data` and the sequence axis over `seq` (context parallelism, used by
 the LION layers through `lion_attention(sequence_axis="seq")`), and the state is
-replicated, so the same code runs on one CPU, many devices or many hosts (README
-"Multi-host training", "Long sequences over several devices"). The steps are traced with
+replicated, so the same code runs on one CPU, many devices or many hosts (docs/multi_device.md). The steps are traced with
 the mesh as the current mesh; everything outside the attention keeps its global meaning
 and XLA partitions it, so BatchNorm statistics, pooling and the loss do not depend on
 the mesh.

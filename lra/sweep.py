@@ -273,7 +273,8 @@ def _warn_if_changed(run: Run) -> None:
           f"{path.read_text().strip()}", file=sys.stderr)
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+  """The sweep's command-line parser (its `--help` ends with the tasks, variants and groups)."""
   parser = argparse.ArgumentParser(prog="lion-sweep", description=__doc__,
                                    epilog=cli.catalogue(),
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -297,6 +298,11 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--python", default=sys.executable, help="interpreter in the commands")
   parser.add_argument(cli.TRACEBACK_FLAG, action="store_true",
                       help=f"show the traceback of user errors too (or set {cli.TRACEBACK_ENV}=1)")
+  return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+  parser = build_parser()
   args = parser.parse_args(argv)
   if shutil.which(args.python) is None:
     parser.error(f"--python {args.python}: no such executable; pass the path of the Python "

@@ -11,7 +11,7 @@ at the best-validation checkpoint, never the last one (LRA issue #15).
 
 The loop reads top to bottom in `train_and_evaluate`; `Schedule` says what is due at a
 step, `TrainSums` collects the step metrics, `Throughput` times the steps alone. Every
-process of a multi-process job makes the same calls (README "Multi-host training").
+process of a multi-process job makes the same calls (docs/multi_device.md).
 """
 
 from __future__ import annotations

@@ -139,7 +139,8 @@ def _scan_orders(args: argparse.Namespace) -> None:
   print(f"wrote {out} ({out.stat().st_size / 1024:.0f} KB)")
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
+  """The command-line parser of `lion-data` (`python -m lra.data`)."""
   parser = argparse.ArgumentParser(prog="lion-data", description=__doc__.split("\n")[0])
   sub = parser.add_subparsers(dest="command", required=True)
   gen = sub.add_parser("generate", help="write a generated dataset in the release layout")
@@ -194,7 +195,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
-  args = _parser().parse_args(argv)
+  args = build_parser().parse_args(argv)
   args.run(args)
 
 
