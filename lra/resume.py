@@ -8,14 +8,17 @@ recorded since):
   logged, checkpointed or laid out on devices, not the function its training steps compute.
   The change is appended to `config_changes.jsonl` with the checkpoint step the run resumed at;
   config.json keeps the value the run was started with.
-* Any other field stops the resume with a `ResumeMismatchError` that names each field with both
-  values and the overrides that resume the run as trained: the model, the optimiser and its
-  schedule, the data, the seed, the batch size and the number of steps.
-
-The number of steps (`num_train_steps`, `num_epochs`) may not change either: the learning rate
-follows a cosine over the run's total steps, so a longer run would switch to another schedule at
-the step it resumed from, its learning rate jumping from one curve to the other, and match no
-config. To train longer, start a new workdir.
+* The number of steps (`num_train_steps`, `num_epochs`) may grow, to train a run longer; it is
+  recorded the same way. The learning rate follows a warmup and a cosine over the run's total
+  steps, and the optimiser is rebuilt for the new total: the steps before the resume followed
+  the old schedule and the steps after it follow the new one from the step reached, so the
+  learning rate jumps up from one curve to the other there (a finished run, at a learning rate
+  near 0, restarts at the new cosine's value for that step: 0.5 × the peak when the total
+  doubles). The result is not that of a run trained for the new total from the start;
+  `config_changes.jsonl` says so, with the step.
+* Any other field, or fewer steps, stops the resume with a `ResumeMismatchError` that names each
+  field with both values and the overrides that resume the run as trained: the model, the
+  optimiser and its schedule, the data, the seed, the batch size.
 """
 
 from __future__ import annotations
@@ -47,6 +50,10 @@ MAY_CHANGE_ON_RESUME: dict[str, str] = {
 }
 
 
+# Fields that may grow on a resume: a longer run (the schedule's meaning: the module docstring).
+MAY_GROW_ON_RESUME = ("num_train_steps", "num_epochs")
+
+
 class ResumeMismatchError(ConfigError):
   """The config differs from the one a workdir's checkpoints were trained with."""
 
@@ -62,6 +69,14 @@ def _is_read(field: str, current: dict[str, Any]) -> bool:
   return field != "model.fixed_gate" or current.get("model.decay") == "fixed"
 
 
+def _may_change(field: str, old: Any, new: Any) -> bool:
+  """Whether a resume may change `field` from the run's `old` value to `new`."""
+  if field in MAY_GROW_ON_RESUME:
+    return (isinstance(old, (int, float)) and isinstance(new, (int, float))
+            and 0 < old < new)  # 0 steps means "use the epochs": no total to grow from
+  return field in MAY_CHANGE_ON_RESUME
+
+
 def _flag(field: str, value: Any) -> str:
   """The command-line override that sets `field` to `value`."""
   if isinstance(value, list):
@@ -74,7 +89,8 @@ def check_resumable(config: config_dict.ConfigDict, workdir: str | Path) -> dict
 
   Returns:
     {field: (the run's value, the new value)} for the fields of `MAY_CHANGE_ON_RESUME` that
-    differ; empty when the workdir holds no checkpoint.
+    differ and those of `MAY_GROW_ON_RESUME` that grow; empty when the workdir holds no
+    checkpoint.
 
   Raises:
     ResumeMismatchError: naming each other field that differs, with the run's value and the new
@@ -94,7 +110,7 @@ def check_resumable(config: config_dict.ConfigDict, workdir: str | Path) -> dict
              for field in sorted(stored.keys() | current.keys())
              if stored.get(field, absent) != current.get(field, absent)
              and _is_read(field, current)}
-  refused = {f: values for f, values in changed.items() if f not in MAY_CHANGE_ON_RESUME}
+  refused = {f: values for f, values in changed.items() if not _may_change(f, *values)}
   if refused:
     fields = ", ".join(f"{field}: {old!r} in {workdir / CONFIG_FILE}, {new!r} now"
                        for field, (old, new) in refused.items())
@@ -104,7 +120,7 @@ def check_resumable(config: config_dict.ConfigDict, workdir: str | Path) -> dict
         f"{workdir} holds checkpoints trained with another config ({fields}). Resume it as "
         f"trained with `{overrides}` or with `--config=configs/workdir.py:{workdir}` (the run's "
         "own config), or start a new --workdir. Only these fields may change on a resume: "
-        f"{', '.join(MAY_CHANGE_ON_RESUME)}.")
+        f"{', '.join(MAY_CHANGE_ON_RESUME)}; and {' and '.join(MAY_GROW_ON_RESUME)} may grow.")
   return changed
 
 

@@ -193,17 +193,20 @@ def test_a_run_with_checkpoints_resumes_only_with_the_config_it_was_trained_with
                      match=r"model\.positional: 'auto' in .*config\.json, 'sinusoidal' now.*"
                            r"--config\.model\.positional=auto"):
     train.train_and_evaluate(changed, str(workdir), progress=False)
-  changed = tiny_config(config.data_dir, learning_rate=0.1, num_train_steps=12, seed=3)
+  changed = tiny_config(config.data_dir, learning_rate=0.1, num_train_steps=4, seed=3)
   with pytest.raises(resume.ResumeMismatchError,
-                     match=r"learning_rate: 0\.002 in .*, 0\.1 now, num_train_steps: 6 in .*, 12 "
+                     match=r"learning_rate: 0\.002 in .*, 0\.1 now, num_train_steps: 6 in .*, 4 "
                            r"now, seed: 0 in .*, 3 now\). Resume it as trained with "
                            r"`--config\.learning_rate=0\.002 --config\.num_train_steps=6 "
                            r"--config\.seed=0`"):
     train.train_and_evaluate(changed, str(workdir), progress=False)
   assert (workdir / "config.json").read_text() == before
-  # How the same parameters are evaluated may change; the run's own config always fits.
+  # How the same parameters are evaluated may change, and a run may be made longer (its cosine
+  # schedule is rebuilt for the new total); the run's own config always fits.
   assert resume.check_resumable(tiny_config(config.data_dir, **{"model.form": "rnn"}),
                                 workdir) == {"model.form": ("chunk_scan", "rnn")}
+  assert resume.check_resumable(tiny_config(config.data_dir, num_train_steps=9),
+                                workdir) == {"num_train_steps": (6, 9)}
   assert resume.check_resumable(workdir_config.get_config(str(workdir)), workdir) == {}
 
 
