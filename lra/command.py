@@ -22,7 +22,7 @@ import os
 import sys
 from pathlib import Path
 
-from absl import app, flags, logging
+from absl import app, flags
 from ml_collections import config_flags
 
 import configs
@@ -44,6 +44,7 @@ flags.DEFINE_bool("traceback", False, "Show the traceback of user errors too (or
                   f"{cli.TRACEBACK_ENV}=1); without it they are one message and exit status 2.")
 
 HELP_FLAGS = ("-h", "--help", "--helpshort", "--helpfull", "-?")
+CONFIGS_DIR = Path(configs.__file__).resolve().parent
 
 
 def _flag_value(argv: list[str], name: str) -> str | None:
@@ -55,8 +56,6 @@ def _flag_value(argv: list[str], name: str) -> str | None:
       return argv[i + 1]
   return None
 
-
-CONFIGS_DIR = Path(configs.__file__).resolve().parent
 
 
 def _config_path(path: str) -> str:
