@@ -48,9 +48,15 @@ from lion_jax.options import check_choice
 # rest goes through matmuls.
 VECTOR_SUBCHUNK = 8
 
+# The factored kernel recomputes up to max(MIN, B·H·N / DIVISOR) steep chunks exactly on the side
+# (`steep_chunk_capacity`); more than that, and the whole call takes the halving or exact kernel.
+STEEP_CHUNKS_MIN = 4
+STEEP_CHUNKS_DIVISOR = 32
+
 
 def bidirectional_chunk_scan(q, k, u, forward_gate, log_decay, chunk_size: int = 64,
-                             with_key_sums: bool = False, state_pass: str = "auto"):
+                             with_key_sums: bool = False, state_pass: str = "auto",
+                             branch_axis: str | None = None):
   """Σ_j (q_i·k_j) M_ij u_j over all keys j, chunk by chunk.
 
   Args:
@@ -66,61 +72,82 @@ def bidirectional_chunk_scan(q, k, u, forward_gate, log_decay, chunk_size: int =
     state_pass: how the chunk states pass between chunks: "scan" (a `lax.scan` of N sequential
       steps), "associative" (a log-depth `lax.associative_scan` over the chunk axis) or "auto"
       (`resolve_state_pass`). Both give the same values.
+    branch_axis: inside `shard_map`, the bound axis whose shards must all take the same branch
+      of the vector-decay kernel: the deepest any of them needs (a `switch` whose branches hold
+      collectives deadlocks when devices disagree).
 
   Returns:
     [B, L, H, E] outputs, and [B, L, H, 1] key sums (or None).
   """
   entering_states = STATE_PASSES[resolve_state_pass(state_pass)]
-  batch, length, heads, key_dim = k.shape
-  channels, groups = u.shape[-1], log_decay.shape[-1]
+  batch, length, heads, _ = k.shape
+  groups = log_decay.shape[-1]
   if with_key_sums and groups != 1:
     raise ValueError("with_key_sums needs one decay per head (G = 1); carry a channel of ones "
                      "per decay channel instead.")
   chunk = max(1, min(chunk_size, length))
-  num_chunks = -(-length // chunk)
-  pad = num_chunks * chunk - length
-
-  def to_chunks(x):  # [B, L', H, X] (L' = N·C) -> [B, H, N, C, X]
-    return jnp.moveaxis(x, 2, 1).reshape(batch, heads, num_chunks, chunk, x.shape[-1])
-
-  def unchunk(x):  # [B, H, N, C, X] -> [B, L, H, X]
-    x = jnp.moveaxis(x.reshape(batch, heads, num_chunks * chunk, x.shape[-1]), 1, 2)
-    return x[:, :length]
-
+  pad = -length % chunk
   padded = [jnp.pad(x, [(0, 0), (0, pad), (0, 0), (0, 0)])
             for x in (q, k, u, forward_gate, log_decay)]  # [B, L', H, X]
-  # Chunk-local inclusive cumsums F and A, before the heads-first relayout: there they are one
-  # batched [C, C] @ [C, H·G] matmul each, with no transposes (XLA:CPU's cumsum is much slower).
-  inclusive = jnp.broadcast_to(jnp.tril(jnp.ones((chunk, chunk), q.dtype)),
-                               (batch, num_chunks, chunk, chunk))  # [B, N, C(r), C(t)]
-  in_chunks = lambda x: x.reshape(batch, num_chunks, chunk, heads * groups)  # [B, N, C, H·G]
-  cumsums = [jnp.matmul(inclusive, in_chunks(x)).reshape(x.shape) for x in padded[3:]]
-  chunked = tuple(map(to_chunks, padded[:3] + cumsums))  # q, k, u, F, A
+  unchunk = lambda x: _unchunk(x)[:, :length]  # [B, H, N, C, X] -> [B, L, H, X]
 
   if groups == 1:
-    out, key_sums = _chunk_kernel(*chunked, _scalar_block, entering_states)
+    out, key_sums = _chunk_kernel(*_to_chunks(padded, chunk), _scalar_block, entering_states)
     return unchunk(out), unchunk(key_sums) if with_key_sums else None
-  # Vector decays: the factored block needs every chunk's log-decays to span at most 2W. Where
-  # C is too long for that, sub-chunks of C/2, C/4, ... (≥ VECTOR_SUBCHUNK) may still be within
-  # it (`_halving_block`); exact masks only where even those are not. One `cond` for the whole
-  # kernel between the factored block and the rest, so that the fast branch fuses as freely as
-  # an unconditional kernel would; inside the other, one `switch` picks the same-chunk block (a
-  # `switch` over whole kernels took 90 MB more; one around the block only, for all branches,
-  # made the factored path 13% slower in a LION-S vector layer, fwd+bwd at L = 4K, B = 2).
+  # Vector decays. A token's log-gate below −W/2 only scales the mask across it by less than
+  # e^{−W/2} (1e-13 in float32), under every rounding of the sums it enters; raising it to −W/2
+  # bounds what one token adds to a chunk's span.
+  limit = factored_exponent_limit(u.dtype)
+  padded[3:] = [jnp.maximum(gate, -0.5 * limit) for gate in padded[3:]]
+  # The factored kernel needs each chunk to span at most 2W, but for up to `capacity` steep
+  # chunks, which it recomputes on the side. Chunks of C tokens are best; where too many of them
+  # are steep, the same kernel on chunks of C/2, C/4, ... (the results are the same); exact
+  # masks only where even the shortest have too many steep chunks. One `switch` for the call.
   sizes = vector_chunk_sizes(chunk)
-  level = vector_level(*padded[3:], sizes, factored_exponent_limit(u.dtype))
-  steep_blocks = ([lambda *operands, depth=depth: _halving_block(*operands, depth)
-                   for depth in range(1, len(sizes))] + [_exact_vector_block])
-  steep_branches = [lambda *operands, block=block: block(*operands)[0] for block in steep_blocks]
-  steep_block = lambda *operands: (jax.lax.switch(level - 1, steep_branches, *operands), None)
-  steep_kernel = lambda *operands: _chunk_kernel(*operands, steep_block, entering_states)[0]
-  factored_kernel = lambda *operands: _factored_kernel(*operands, entering_states)[0]
-  out = jax.lax.cond(level == 0, factored_kernel, steep_kernel, *chunked)
-  return unchunk(out), None
+  level = vector_level(*padded[3:], sizes, limit)
+  if branch_axis is not None:
+    level = jax.lax.pmax(level, branch_axis)
+
+  def factored_at(size, *operands):
+    chunked = _to_chunks(operands, size)
+    slots = steep_slots(steep_chunks(*operands[3:], size, limit),
+                        steep_chunk_capacity(chunked[0][..., 0, 0].size))
+    return _unchunk(_factored_kernel(*chunked, entering_states, slots)[0])
+
+  def exact(*operands):
+    return _unchunk(_chunk_kernel(*_to_chunks(operands, chunk), _exact_vector_block,
+                                  entering_states)[0])
+
+  branches = [functools.partial(factored_at, size) for size in sizes] + [exact]
+  return jax.lax.switch(level, branches, *padded)[:, :length], None
+
+
+def _to_chunks(padded, chunk: int):
+  """q, k, u and the two gates [B, L', H, X] (L' = N·C) as q, k, u, F, A [B, H, N, C, X].
+
+  F and A are the chunk-local inclusive cumsums of the gates, taken before the heads-first
+  relayout: there they are one batched [C, C] @ [C, H·G] matmul each, with no transposes
+  (XLA:CPU's cumsum is much slower).
+  """
+  batch, length, heads, _ = padded[0].shape
+  num_chunks = length // chunk
+  inclusive = jnp.broadcast_to(jnp.tril(jnp.ones((chunk, chunk), padded[0].dtype)),
+                               (batch, num_chunks, chunk, chunk))  # [B, N, C(r), C(t)]
+  in_chunks = lambda x: x.reshape(batch, num_chunks, chunk, -1)  # [B, N, C, H·G]
+  cumsums = [jnp.matmul(inclusive, in_chunks(x)).reshape(x.shape) for x in padded[3:]]
+  heads_first = lambda x: jnp.moveaxis(x, 2, 1).reshape(batch, heads, num_chunks, chunk,
+                                                        x.shape[-1])
+  return tuple(map(heads_first, list(padded[:3]) + cumsums))
+
+
+def _unchunk(x):
+  """[B, H, N, C, X] -> [B, N·C, H, X]."""
+  batch, heads, num_chunks, chunk, channels = x.shape
+  return jnp.moveaxis(x.reshape(batch, heads, num_chunks * chunk, channels), 1, 2)
 
 
 def vector_chunk_sizes(chunk: int) -> tuple[int, ...]:
-  """The chunk lengths the vector-decay kernel may factor at: C, then C/2, C/4, ... while they
+  """The chunk lengths the vector-decay kernel may run at: C, then C/2, C/4, ... while they
   are whole and at least `VECTOR_SUBCHUNK`, coarsest first."""
   sizes = [chunk]
   while sizes[-1] % 2 == 0 and sizes[-1] // 2 >= VECTOR_SUBCHUNK:
@@ -128,79 +155,67 @@ def vector_chunk_sizes(chunk: int) -> tuple[int, ...]:
   return tuple(sizes)
 
 
-def vector_level(forward_gate, log_decay, sizes, limit):
-  """Which branch of the vector-decay kernel is exact: the coarsest factorable chunk length.
+def steep_chunks(forward_gate, log_decay, chunk: int, limit):
+  """Which chunks the factored block cannot take: a channel spanning more than 2W, or NaN.
 
-  A chunk's log-decays span at most Σ_t |gate_t| over it, for either gate; the factored block
-  is exact while that is ≤ 2W (W = `limit`) in every chunk and channel.
+  Args:
+    forward_gate, log_decay: [B, L', H, G] log-gates, L' a multiple of `chunk`.
+    chunk: C.
+    limit: W (`factored_exponent_limit`).
+
+  Returns:
+    [B, H, N] bool.
+  """
+  batch, length, heads, groups = log_decay.shape
+  spans = jnp.maximum(*(jnp.abs(x).reshape(batch, length // chunk, chunk, heads, groups).sum(2)
+                        for x in (forward_gate, log_decay)))  # [B, N, H, G]
+  return jnp.moveaxis(~jnp.all(spans <= 2 * limit, axis=-1), 1, 2)
+
+
+def steep_chunk_capacity(num_chunks: int) -> int:
+  """P: how many steep chunks the factored kernel recomputes exactly on the side
+  (`_factored_kernel`); a call with more takes the halving or exact kernel for every chunk."""
+  return max(STEEP_CHUNKS_MIN, num_chunks // STEEP_CHUNKS_DIVISOR)
+
+
+def steep_slots(steep, capacity: int):
+  """[P] flat indices into [B·H·N] of the first P steep chunks, then B·H·N (no chunk)."""
+  flat = steep.reshape(-1)
+  return jnp.nonzero(flat, size=capacity, fill_value=flat.shape[0])[0].astype(jnp.int32)
+
+
+def _gather_chunks(x, slots):
+  """[B, H, N, ...] -> [P, ...]: the chunks at `slots`, zeros for an index past the end."""
+  return jnp.take(x.reshape(-1, *x.shape[3:]), slots, axis=0, mode="fill", fill_value=0)
+
+
+def _overwrite_chunks(x, slots, values):
+  """`x` [B, H, N, ...] with the chunks at `slots` replaced by `values` [P, ...] (an index past
+  the end writes nothing, so no chunk is written twice)."""
+  flat = x.reshape(-1, *x.shape[3:])
+  return flat.at[slots].set(values.astype(x.dtype), mode="drop").reshape(x.shape)
+
+
+def vector_level(forward_gate, log_decay, sizes, limit):
+  """Which branch of the vector-decay kernel runs: the coarsest chunk length the factored kernel
+  can take.
 
   Args:
     forward_gate, log_decay: [B, L', H, G] log-gates, L' a multiple of every size.
-    sizes: chunk lengths, coarsest first, each dividing the one before (`vector_chunk_sizes`).
+    sizes: chunk lengths, coarsest first (`vector_chunk_sizes`).
     limit: W.
 
   Returns:
-    int32 scalar: the index into `sizes` of the first length whose every chunk spans ≤ 2W,
-    or len(sizes) (the exact masks) if none does. NaN or ∞ spans fail every test.
+    int32 scalar: the index into `sizes` of the first length with at most
+    `steep_chunk_capacity` steep chunks (`steep_chunks`), or len(sizes) (the exact masks) if
+    none has so few.
   """
-  batch, length, heads, groups = log_decay.shape
-  finest = sizes[-1]
-  # [B, L'/S, H·G] per-chunk sums of |gate| at the finest size, both gates at once.
-  sums = jnp.maximum(*(jnp.abs(x).reshape(batch, length // finest, finest, heads * groups)
-                       .sum(2) for x in (forward_gate, log_decay)))
-  fits = [jnp.max(sums) <= 2 * limit]
-  for finer, size in zip(sizes[::-1], sizes[-2::-1]):  # coarser sums add up neighbouring ones
-    sums = sums.reshape(batch, -1, size // finer, heads * groups).sum(2)
-    fits.append(jnp.max(sums) <= 2 * limit)
-  fits = jnp.stack(fits[::-1])  # [len(sizes)], coarsest first
+  fits = []
+  for size in sizes:
+    steep = steep_chunks(forward_gate, log_decay, size, limit)  # [B, H, L'/size]
+    fits.append(jnp.sum(steep) <= steep_chunk_capacity(steep.size))
+  fits = jnp.stack(fits)
   return jnp.where(jnp.any(fits), jnp.argmax(fits), len(sizes)).astype(jnp.int32)
-
-
-# Rematerialised as a whole: what it saves for the backward pass is then its inputs, whose shapes
-# the factored branch's residuals already have (JAX pools a `cond`'s residuals by shape across
-# branches and zero-fills the slots the taken branch does not use). Saving its matmuls' results
-# instead was 9% slower and took 50 MB more (fwd+bwd at L = 4K, B = 2, H = 4, E = 64).
-@functools.partial(jax.checkpoint, static_argnums=(4,))
-def _halving_block(scores, u, fwd, bwd, depth):
-  """Same-chunk outputs for chunks too steep to factor whole: halve until the halves factor.
-
-  The chunk is cut in halves `depth` times, into 2^depth sub-chunks of S = C/2^depth tokens.
-  Each S×S diagonal block is factored through its own middle (`_factored_products`: exact while
-  every sub-chunk spans ≤ 2W). At every level of halving, a block of D tokens couples its two
-  halves through the last token m of the first half, with both factors ≤ 1:
-    rows of the second half, keys of the first:  e^{F_r − F_c} = e^{F_r − F_m} · e^{F_m − F_c}
-    rows of the first half, keys of the second:  e^{A_c − A_r} = e^{A_c − A_m} · e^{A_m − A_r}
-  so each is one matmul of a (D/2)×(D/2) score block. All blocks together cover the chunk's
-  C×C mask exactly once.
-
-  Args:
-    scores: [B, H, N, C, C] q_r·k_c.
-    u: [B, H, N, C, E] carried values.
-    fwd, bwd: [B, H, N, C, E] chunk-local inclusive cumsums F and A.
-    depth: J ≥ 1, with 2^J dividing C.
-
-  Returns:
-    [B, H, N, C, E] same-chunk outputs, and None.
-  """
-  batch, heads, num_chunks, chunk, channels = u.shape
-  leaves = 1 << depth
-  leaf = chunk // leaves
-  as_leaves = lambda x: x.reshape(batch, heads, num_chunks * leaves, leaf, x.shape[-1])
-  own = _diagonal_blocks(scores, leaf).reshape(batch, heads, num_chunks * leaves, leaf, leaf)
-  out = _factored_products(own, as_leaves(u), as_leaves(fwd), as_leaves(bwd))[0].reshape(u.shape)
-  for level in range(depth):
-    blocks, half = 1 << level, chunk >> (level + 1)
-    pair = _diagonal_blocks(scores, 2 * half)  # [B, H, N, blocks, 2·half(r), 2·half(c)]
-    halves = lambda x: x.reshape(batch, heads, num_chunks, blocks, 2, half, channels)
-    f, a, v = halves(fwd), halves(bwd), halves(u)  # [B, H, N, blocks, 2, half, E]
-    f_mid, a_mid = f[..., 0, -1:, :], a[..., 0, -1:, :]  # [B, H, N, blocks, 1, E]
-    lower = jnp.einsum("bhnprc,bhnpce->bhnpre", pair[..., half:, :half],
-                       jnp.exp(f_mid - f[..., 0, :, :]) * v[..., 0, :, :])
-    upper = jnp.einsum("bhnprc,bhnpce->bhnpre", pair[..., :half, half:],
-                       jnp.exp(a[..., 1, :, :] - a_mid) * v[..., 1, :, :])
-    out = out + jnp.stack([upper * jnp.exp(a_mid - a[..., 0, :, :]),
-                           lower * jnp.exp(f[..., 1, :, :] - f_mid)], axis=-3).reshape(u.shape)
-  return out, None
 
 
 def _chunk_kernel(q, k, u, fwd, bwd, intra_block, entering_states):
@@ -254,7 +269,7 @@ def _chunk_kernel(q, k, u, fwd, bwd, intra_block, entering_states):
 
 # Not rematerialised as a whole (`dots_saveable`, as the factored block before it was): that
 # recomputes the state scan in the backward pass, 10-15% slower at head width 64.
-def _factored_kernel(q, k, u, fwd, bwd, entering_states):
+def _factored_kernel(q, k, u, fwd, bwd, entering_states, steep_slots=None):
   """The chunk kernel with one decay per carried channel, for chunks that factor whole.
 
   Every product of the mask splits at each chunk's middles R (of F) and R' (of A), as in
@@ -284,22 +299,36 @@ def _factored_kernel(q, k, u, fwd, bwd, entering_states):
     [B, H, N, C, E] outputs, and None (no key sums).
   """
   batch = q.shape[0]
+  fwd_total, bwd_total = fwd[:, :, :, -1], bwd[:, :, :, -1]  # F̄, Ā: [B, H, N, E]
+  if steep_slots is not None:
+    # The steep chunks' own gates are replaced by zeros here, which keeps every factor finite
+    # (their outputs and leaving states are overwritten below, so nothing of this reaches the
+    # result or the gradient); their totals stay, since the state passes through them.
+    steep_inputs = [_gather_chunks(x, steep_slots) for x in (q, k, u, fwd, bwd)]  # [P, C, X]
+    steep = jnp.zeros(fwd.shape[:3], bool).reshape(-1).at[steep_slots].set(True, mode="drop")
+    keep = ~steep.reshape(fwd.shape[:3] + (1, 1))  # [B, H, N, 1, 1]
+    fwd, bwd = jnp.where(keep, fwd, 0.0), jnp.where(keep, bwd, 0.0)
   factor = _bounded_exp(factored_exponent_limit(u.dtype))
   middle = lambda x: jax.lax.stop_gradient(
       0.5 * (jnp.max(x, axis=-2) + jnp.min(x, axis=-2)))  # [B, H, N, E]
   fwd_mid, bwd_mid = middle(fwd), middle(bwd)  # R, R'
   below, above = fwd - fwd_mid[..., None, :], bwd - bwd_mid[..., None, :]  # [B, H, N, C, E]
   from_left, from_right = factor(-below) * u, factor(above) * u  # x, y: [B, H, N, C, E]
-  fwd_total, bwd_total = fwd[:, :, :, -1], bwd[:, :, :, -1]  # F̄, Ā: [B, H, N, E]
   per_chunk = lambda log_scale: jnp.exp(log_scale)[..., None, :]  # [B, H, N, 1, E], all ≤ 1
 
-  leaving = jnp.concatenate([
-      jnp.einsum("bhnck,bhnce->bhnke", k, from_left) * per_chunk(fwd_total - fwd_mid),
-      jnp.flip(jnp.einsum("bhnck,bhnce->bhnke", k, from_right) * per_chunk(bwd_mid), 2)])
+  forward_leaving = jnp.einsum("bhnck,bhnce->bhnke", k, from_left) * per_chunk(fwd_total - fwd_mid)
+  backward_leaving = jnp.einsum("bhnck,bhnce->bhnke", k, from_right) * per_chunk(bwd_mid)
+  if steep_slots is not None:
+    exact_leaving = _steep_leaving(*steep_inputs[1:])
+    forward_leaving, backward_leaving = (_overwrite_chunks(x, steep_slots, exact)
+                                         for x, exact in zip((forward_leaving, backward_leaving),
+                                                             exact_leaving))
+  leaving = jnp.concatenate([forward_leaving, jnp.flip(backward_leaving, 2)])  # [2B, H, N, K, E]
   totals = jnp.concatenate([fwd_total, jnp.flip(bwd_total, 2)])  # [2B, H, N, E]
   (entering,) = entering_states(totals, (leaving,))  # [2B, H, N, K, E]
-  forward_state = entering[:batch] * per_chunk(fwd_mid)  # e^{R} S^fwd
-  backward_state = jnp.flip(entering[batch:], 2) * per_chunk(bwd_total - bwd_mid)
+  forward_entering, backward_entering = entering[:batch], jnp.flip(entering[batch:], 2)
+  forward_state = forward_entering * per_chunk(fwd_mid)  # e^{R} S^fwd
+  backward_state = backward_entering * per_chunk(bwd_total - bwd_mid)
 
   scores = jnp.einsum("bhnrk,bhnck->bhnrc", q, k)  # [B, H, N, C, C]
   size = scores.shape[-1]
@@ -316,7 +345,52 @@ def _factored_kernel(q, k, u, fwd, bwd, entering_states):
   lower = keys_and_state(row > col, from_left, forward_state)  # [B, H, N, C, E]
   upper = keys_and_state(row < col, from_right, backward_state)
   on_diagonal = _diagonal_blocks(scores, 1)[..., 0] * u  # [B, H, N, C, 1] * [B, H, N, C, E]
-  return factor(below) * lower + factor(-above) * upper + on_diagonal, None
+  out = factor(below) * lower + factor(-above) * upper + on_diagonal
+  if steep_slots is not None:
+    states = [_gather_chunks(x, steep_slots) for x in (forward_entering, backward_entering)]
+    out = _overwrite_chunks(out, steep_slots, _steep_outputs(*steep_inputs, *states))
+  return out, None
+
+
+def _steep_leaving(k, u, fwd, bwd):
+  """What chunks of any span add to the states leaving them, with factors ≤ 1.
+
+  Args:
+    k: [P, C, K] keys of P chunks.
+    u: [P, C, E] carried values.
+    fwd, bwd: [P, C, E] chunk-local inclusive cumsums F and A.
+
+  Returns:
+    [P, K, E] forward Σ_c e^{F̄ − F_c} k_c u_cᵀ and [P, K, E] backward Σ_c e^{A_c} k_c u_cᵀ.
+  """
+  forward = jnp.einsum("pck,pce->pke", k, jnp.exp(fwd[:, -1:] - fwd) * u)
+  backward = jnp.einsum("pck,pce->pke", k, jnp.exp(bwd) * u)
+  return forward, backward
+
+
+def _steep_outputs(q, k, u, fwd, bwd, forward_state, backward_state):
+  """Outputs of chunks of any span from their entering states; every exponent taken is ≤ 0.
+
+  Args:
+    q, k: [P, C, K] queries and keys of P chunks.
+    u: [P, C, E] carried values.
+    fwd, bwd: [P, C, E] chunk-local inclusive cumsums F and A.
+    forward_state, backward_state: [P, K, E] the states entering each chunk from the left and
+      from the right (not rescaled).
+
+  Returns:
+    [P, C, E] Σ_j (q_r·k_j) M_rj u_j over all keys.
+  """
+  scores = jnp.einsum("prk,pck->prc", q, k)[:, None, None]  # [P, 1, 1, C, C]
+  chunk = u.shape[-2]
+  operands = (scores, u[:, None, None], fwd[:, None, None], bwd[:, None, None])
+  if chunk % VECTOR_SUBCHUNK == 0 and chunk > VECTOR_SUBCHUNK:
+    same_chunk = _vector_block_subchunked(*operands, VECTOR_SUBCHUNK)[:, 0, 0]
+  else:
+    same_chunk = _exact_block(*operands)[:, 0, 0]
+  return (same_chunk
+          + jnp.einsum("prk,pke->pre", q, forward_state) * jnp.exp(fwd)
+          + jnp.einsum("prk,pke->pre", q, backward_state) * jnp.exp(bwd[:, -1:] - bwd))
 
 
 def _scalar_block(scores, u, fwd, bwd):
@@ -420,10 +494,14 @@ def _block_decay(fwd, bwd):
 def factored_exponent_limit(dtype) -> float:
   """W: the largest |exponent| one factor of the factored block may take in `dtype`.
 
-  A factor e^{±W} times scores and values must stay finite, forward and backward, so W keeps
-  a margin below half the largest exponent: 39.9 in float32, 319 in float64.
+  Every product the factored kernel forms pairs a query-side factor e^{F_r − R} with key-side
+  factors e^{R − F_c} of keys c the mask lets it see, for which F_c ≥ F_r: so the product is
+  ≤ 1, and each partial sum, forward or backward, is at most e^{W} times C·|score|·|value| (or
+  |cotangent|). W = 0.68·log(max) leaves that a factor e^{0.32·log(max)} of headroom: 60.3 in
+  float32 (C·|s|·|u| up to 2e12), 482 in float64. It must also keep e^{−W} a normal number
+  (not denormal), which any fraction below 1 does.
   """
-  return 0.45 * math.log(float(jnp.finfo(dtype).max))
+  return 0.68 * math.log(float(jnp.finfo(dtype).max))
 
 
 def _factored_products(scores, u, fwd, bwd):
