@@ -16,15 +16,14 @@ batch axis: a `lax.scan` of N steps, or a `lax.associative_scan` of log N depth 
 is ≤ 0: stable in float32 at any L. Work O(L·C·(K+E) + L·K·E), memory O(L·C + N·K·E).
 
 With one decay per carried channel (vector decays) the same-chunk mask differs per channel.
-When every chunk's log-decays span at most 2W (`factored_exponent_limit`: 80 in float32, e.g.
-per-token log λ ≥ −1.25 at C = 64), each triangle factors through a per-chunk middle R,
-e^{F_r − R} · e^{R − F_c} = e^{F_r − F_c}, and the block is two matmuls with O(C·E) scaling,
-whose scaled values also make the chunk states (`_factored_kernel`).
-Steeper chunks are halved until their sub-chunks of S = C/2^J tokens span at most 2W (down to
-S = 8, i.e. per-token log λ ≥ −10): the sub-chunks' blocks are factored and each halving couples
-its two halves through the boundary between them, with factors ≤ 1 (`_halving_block`); exact
-[S, S, E] masks, one chunk at a time, only beyond that. One `lax.cond` per call picks the
-factored kernel or the other, inside which a `lax.switch` picks the same-chunk block.
+When a chunk's log-decays span at most 2W (`factored_exponent_limit`: 120 in float32), each
+triangle factors through a per-chunk middle R, e^{F_r − R} · e^{R − F_c} = e^{F_r − F_c}, and
+the block is two matmuls with O(C·E) scaling, whose scaled values also make the chunk states
+(`lion_jax.factored`, which has its own backward pass). Chunks that span more (steep chunks,
+which trained selective gates make) are recomputed exactly on the side, up to
+`steep_chunk_capacity` of them; a call with more takes exact [S, S, E] masks in sub-chunks of
+S = 8, one chunk at a time. A token's log-gate below −W/2 is raised to −W/2 first: the mask
+across it is below e^{−W/2} (1e-13 in float32) either way (docs/math.md §4.3).
 
 Unlike running a causal kernel on the sequence and on its flip (`lion_jax.recurrent`), this
 computes each C×C score block once and never flips the sequence, and it works heads-first
@@ -41,17 +40,17 @@ import math
 import jax
 import jax.numpy as jnp
 
+from lion_jax import factored
 from lion_jax.options import check_choice
 
-# The shortest sub-chunk the vector-decay kernel halves chunks down to; the exact fallback splits
-# a chunk into sub-chunks of this size too: only the diagonal sub-blocks get [S, S, E] masks, the
-# rest goes through matmuls.
+# The exact vector-decay masks split a chunk into sub-chunks of this size: only the diagonal
+# sub-blocks get [S, S, E] masks, the rest goes through matmuls.
 VECTOR_SUBCHUNK = 8
 
 # The factored kernel recomputes up to max(MIN, B·H·N / DIVISOR) steep chunks exactly on the side
-# (`steep_chunk_capacity`); more than that, and the whole call takes the halving or exact kernel.
+# (`steep_chunk_capacity`); more than that, and the whole call takes the exact masks.
 STEEP_CHUNKS_MIN = 4
-STEEP_CHUNKS_DIVISOR = 32
+STEEP_CHUNKS_DIVISOR = 16
 
 
 def bidirectional_chunk_scan(q, k, u, forward_gate, log_decay, chunk_size: int = 64,
@@ -99,33 +98,33 @@ def bidirectional_chunk_scan(q, k, u, forward_gate, log_decay, chunk_size: int =
   # bounds what one token adds to a chunk's span.
   limit = factored_exponent_limit(u.dtype)
   padded[3:] = [jnp.maximum(gate, -0.5 * limit) for gate in padded[3:]]
-  # The factored kernel runs unconditionally: it needs each chunk to span at most 2W, but for up
-  # to `steep_chunk_capacity` steep chunks, which it recomputes exactly on the side. A call with
-  # more steep chunks takes the exact masks instead, under a `cond` whose other branch is empty.
+  # The factored kernel (`factored.factored_chunks`) needs each chunk to span at most 2W, but
+  # for up to `steep_chunk_capacity` steep chunks, which it recomputes exactly on the side. It
+  # runs unconditionally: XLA:CPU runs it 24-35% slower inside a `cond` or `switch` (fwd+bwd,
+  # L = 512, B = 32, H = 4, E = 32), and every branch enlarges the memory plan. A call with more
+  # steep chunks takes the exact masks instead, under a `cond` whose other branch is empty.
   chunked = _to_chunks(padded, chunk)
   steep = steep_chunks(*padded[3:], chunk, limit)  # [B, H, N]
   capacity = steep_chunk_capacity(steep.size)
-  out = _unchunk(_factored_kernel(*chunked, entering_states, steep_slots(steep, capacity))[0])
+  out = factored.factored_chunks(*chunked, steep_slots(steep, capacity),
+                                 entering_states=entering_states, limit=limit,
+                                 exact_chunks=_exact_chunks)
   too_steep = jnp.sum(steep) > capacity
   if branch_axis is not None:
     too_steep = jax.lax.pmax(too_steep.astype(jnp.int32), branch_axis) > 0
-
-  def exact(*operands):
-    return _unchunk(_chunk_kernel(*_to_chunks(operands, chunk), _exact_vector_block,
-                                  entering_states)[0])
-
-  out = jnp.where(too_steep, _only_if(too_steep, exact, *padded), out)
-  return out[:, :length], None
+  exact = lambda *chunked: _chunk_kernel(*chunked, _exact_vector_block, entering_states)[0]
+  out = jnp.where(too_steep, _only_if(too_steep, exact, *chunked), out)
+  return unchunk(out), None
 
 
 def _only_if(predicate, fn, *operands):
   """fn(*operands) where `predicate` holds, else zeros of its shape; forward and backward.
 
-  A `lax.cond` under differentiation keeps every residual its branches could need and zero-fills
-  the slots of the branch not taken: 15% of a vector kernel's forward+backward and 229 MB of
-  its 201 (L = 512, B = 32, H = 4, E = 32) for a fallback that almost never runs. Here the
-  backward pass recomputes fn's forward instead, and only where it runs, so nothing but the
-  operands (alive anyway) is kept.
+  A differentiated `lax.cond` keeps every residual its branches could need and zero-fills the
+  slots of the branch not taken: 15% of a vector kernel's forward+backward, and 229 MB on its
+  201 (L = 512, B = 32, H = 4, E = 32), for a fallback that almost never runs. Here the
+  backward pass recomputes fn's forward instead, only where it runs, and keeps nothing but the
+  operands, which are alive anyway.
   """
   @jax.custom_vjp
   def guarded(predicate, *operands):
@@ -169,17 +168,8 @@ def _unchunk(x):
   return jnp.moveaxis(x.reshape(batch, heads, num_chunks * chunk, channels), 1, 2)
 
 
-def vector_chunk_sizes(chunk: int) -> tuple[int, ...]:
-  """The chunk lengths the vector-decay kernel may run at: C, then C/2, C/4, ... while they
-  are whole and at least `VECTOR_SUBCHUNK`, coarsest first."""
-  sizes = [chunk]
-  while sizes[-1] % 2 == 0 and sizes[-1] // 2 >= VECTOR_SUBCHUNK:
-    sizes.append(sizes[-1] // 2)
-  return tuple(sizes)
-
-
 def steep_chunks(forward_gate, log_decay, chunk: int, limit):
-  """Which chunks the factored block cannot take: a channel spanning more than 2W, or NaN.
+  """Which chunks the factored kernel cannot take: a channel spanning more than 2W, or NaN.
 
   Args:
     forward_gate, log_decay: [B, L', H, G] log-gates, L' a multiple of `chunk`.
@@ -189,15 +179,25 @@ def steep_chunks(forward_gate, log_decay, chunk: int, limit):
   Returns:
     [B, H, N] bool.
   """
+  return _steep(_chunk_spans(forward_gate, log_decay, chunk), limit)
+
+
+def _chunk_spans(forward_gate, log_decay, chunk: int):
+  """[B, L'/C, H, G] Σ_t max(|f_t|, |a_t|) over each chunk: at least either gate's span there
+  (one pass over both gates instead of one per gate)."""
   batch, length, heads, groups = log_decay.shape
-  spans = jnp.maximum(*(jnp.abs(x).reshape(batch, length // chunk, chunk, heads, groups).sum(2)
-                        for x in (forward_gate, log_decay)))  # [B, N, H, G]
+  return jnp.maximum(jnp.abs(forward_gate), jnp.abs(log_decay)).reshape(
+      batch, length // chunk, chunk, heads, groups).sum(2)
+
+
+def _steep(spans, limit):
+  """[B, N, H, G] spans -> [B, H, N] whether any channel spans more than 2W (or is NaN)."""
   return jnp.moveaxis(~jnp.all(spans <= 2 * limit, axis=-1), 1, 2)
 
 
 def steep_chunk_capacity(num_chunks: int) -> int:
   """P: how many steep chunks the factored kernel recomputes exactly on the side
-  (`_factored_kernel`); a call with more takes the halving or exact kernel for every chunk."""
+  (`factored.factored_chunks`); a call with more takes the exact masks for every chunk."""
   return max(STEEP_CHUNKS_MIN, num_chunks // STEEP_CHUNKS_DIVISOR)
 
 
@@ -205,40 +205,6 @@ def steep_slots(steep, capacity: int):
   """[P] flat indices into [B·H·N] of the first P steep chunks, then B·H·N (no chunk)."""
   flat = steep.reshape(-1)
   return jnp.nonzero(flat, size=capacity, fill_value=flat.shape[0])[0].astype(jnp.int32)
-
-
-def _gather_chunks(x, slots):
-  """[B, H, N, ...] -> [P, ...]: the chunks at `slots`, zeros for an index past the end."""
-  return jnp.take(x.reshape(-1, *x.shape[3:]), slots, axis=0, mode="fill", fill_value=0)
-
-
-def _overwrite_chunks(x, slots, values):
-  """`x` [B, H, N, ...] with the chunks at `slots` replaced by `values` [P, ...] (an index past
-  the end writes nothing, so no chunk is written twice)."""
-  flat = x.reshape(-1, *x.shape[3:])
-  return flat.at[slots].set(values.astype(x.dtype), mode="drop").reshape(x.shape)
-
-
-def vector_level(forward_gate, log_decay, sizes, limit):
-  """Which branch of the vector-decay kernel runs: the coarsest chunk length the factored kernel
-  can take.
-
-  Args:
-    forward_gate, log_decay: [B, L', H, G] log-gates, L' a multiple of every size.
-    sizes: chunk lengths, coarsest first (`vector_chunk_sizes`).
-    limit: W.
-
-  Returns:
-    int32 scalar: the index into `sizes` of the first length with at most
-    `steep_chunk_capacity` steep chunks (`steep_chunks`), or len(sizes) (the exact masks) if
-    none has so few.
-  """
-  fits = []
-  for size in sizes:
-    steep = steep_chunks(forward_gate, log_decay, size, limit)  # [B, H, L'/size]
-    fits.append(jnp.sum(steep) <= steep_chunk_capacity(steep.size))
-  fits = jnp.stack(fits)
-  return jnp.where(jnp.any(fits), jnp.argmax(fits), len(sizes)).astype(jnp.int32)
 
 
 def _chunk_kernel(q, k, u, fwd, bwd, intra_block, entering_states):
@@ -290,86 +256,18 @@ def _chunk_kernel(q, k, u, fwd, bwd, intra_block, entering_states):
   return out, key_sums
 
 
-# Not rematerialised as a whole (`dots_saveable`, as the factored block before it was): that
-# recomputes the state scan in the backward pass, 10-15% slower at head width 64.
-def _factored_kernel(q, k, u, fwd, bwd, entering_states, steep_slots=None):
-  """The chunk kernel with one decay per carried channel, for chunks that factor whole.
-
-  Every product of the mask splits at each chunk's middles R (of F) and R' (of A), as in
-  `_factored_products`, and the same-chunk block and the chunk states then share their
-  operands: with x_c = e^{R − F_c} u_c and y_c = e^{A_c − R'} u_c,
-    same chunk, c < r:  e^{F_r − F_c} u_c = e^{F_r − R} · x_c
-    earlier chunks:     e^{F_r} q_r·S = e^{F_r − R} · q_r·(e^{R} S)
-    leaving forward:    Σ_c e^{F̄ − F_c} k_c u_cᵀ = e^{F̄ − R} · Σ_c k_c x_cᵀ
-  (and mirrored for the backward direction), so the outputs are
-    e^{F_r − R} ⊙ (Σ_{c<r} s_rc x_c + q_r·e^{R} S^fwd) + e^{R' − A_r} ⊙ (Σ_{c>r} s_rc y_c + q_r·e^{Ā − R'} S^bwd) + s_rr u_r:
-  two scaled copies of the values and two output scales in all, where `_chunk_kernel` with a
-  factored same-chunk block would scale values and outputs once for the block and again for
-  the states. Each bracket is one matmul over the chunk's C keys and the state's K rows
-  (fwd+bwd, B = 2, against the block-plus-states kernel: 0.90-0.92× at head width 32,
-  0.94-1.00× at width 64, docs/benchmarks.md §1).
-  Every factor is ≤ e^{W} (the factored range) and the chunk-level ones e^{R}, e^{F̄ − R},
-  e^{R'}, e^{Ā − R'} are ≤ 1.
+def _exact_chunks(q, k, u, fwd, bwd, forward_state, backward_state):
+  """Outputs and leaving states of chunks of any span (`factored.factored_chunks`).
 
   Args:
-    q, k: [B, H, N, C, K].
-    u: [B, H, N, C, E] carried values.
-    fwd, bwd: [B, H, N, C, E] chunk-local inclusive cumsums F of the forward gates and A of
-      log λ, every chunk spanning at most 2W.
-    entering_states: (totals, leaving) -> entering states, a value of `STATE_PASSES`.
+    q, k: [P, C, K]; u, fwd, bwd: [P, C, E]; forward_state, backward_state: [P, K, E] the
+      states entering each chunk from the left and from the right.
 
   Returns:
-    [B, H, N, C, E] outputs, and None (no key sums).
+    [P, C, E] outputs and ([P, K, E], [P, K, E]) the forward and backward leaving states.
   """
-  batch = q.shape[0]
-  fwd_total, bwd_total = fwd[:, :, :, -1], bwd[:, :, :, -1]  # F̄, Ā: [B, H, N, E]
-  if steep_slots is not None:
-    # The steep chunks go through the factored products too, with clipped factors: wrong but
-    # finite (each partial sum ≤ e^{W}·C·|s|·|u|), and overwritten below, so that their zero
-    # cotangents meet only finite values in the backward pass.
-    steep_inputs = [_gather_chunks(x, steep_slots) for x in (q, k, u, fwd, bwd)]  # [P, C, X]
-  factor = _bounded_exp(factored_exponent_limit(u.dtype))
-  middle = lambda x: jax.lax.stop_gradient(
-      0.5 * (jnp.max(x, axis=-2) + jnp.min(x, axis=-2)))  # [B, H, N, E]
-  fwd_mid, bwd_mid = middle(fwd), middle(bwd)  # R, R'
-  below, above = fwd - fwd_mid[..., None, :], bwd - bwd_mid[..., None, :]  # [B, H, N, C, E]
-  from_left, from_right = factor(-below) * u, factor(above) * u  # x, y: [B, H, N, C, E]
-  per_chunk = lambda log_scale: jnp.exp(log_scale)[..., None, :]  # [B, H, N, 1, E], all ≤ 1
-
-  forward_leaving = jnp.einsum("bhnck,bhnce->bhnke", k, from_left) * per_chunk(fwd_total - fwd_mid)
-  backward_leaving = jnp.einsum("bhnck,bhnce->bhnke", k, from_right) * per_chunk(bwd_mid)
-  if steep_slots is not None:
-    exact_leaving = _steep_leaving(*steep_inputs[1:])
-    forward_leaving, backward_leaving = (_overwrite_chunks(x, steep_slots, exact)
-                                         for x, exact in zip((forward_leaving, backward_leaving),
-                                                             exact_leaving))
-  leaving = jnp.concatenate([forward_leaving, jnp.flip(backward_leaving, 2)])  # [2B, H, N, K, E]
-  totals = jnp.concatenate([fwd_total, jnp.flip(bwd_total, 2)])  # [2B, H, N, E]
-  (entering,) = entering_states(totals, (leaving,))  # [2B, H, N, K, E]
-  forward_entering, backward_entering = entering[:batch], jnp.flip(entering[batch:], 2)
-  forward_state = forward_entering * per_chunk(fwd_mid)  # e^{R} S^fwd
-  backward_state = backward_entering * per_chunk(bwd_total - bwd_mid)
-
-  scores = jnp.einsum("bhnrk,bhnck->bhnrc", q, k)  # [B, H, N, C, C]
-  size = scores.shape[-1]
-  row = jnp.arange(size)[:, None]
-  col = jnp.arange(size)[None, :]
-  # Each direction's same-chunk keys and entering state in one contraction over C + K: one
-  # larger matmul instead of two. Rematerialised, so that the concatenated copies are not kept
-  # for the backward pass (they cost 7-13% more memory).
-  @jax.checkpoint
-  def keys_and_state(mask, values, state):  # [C, C], [B, H, N, C, E], [B, H, N, K, E]
-    return jnp.einsum("bhnrj,bhnje->bhnre",
-                      jnp.concatenate([jnp.where(mask, scores, 0.0), q], axis=-1),
-                      jnp.concatenate([values, state], axis=-2))
-  lower = keys_and_state(row > col, from_left, forward_state)  # [B, H, N, C, E]
-  upper = keys_and_state(row < col, from_right, backward_state)
-  on_diagonal = _diagonal_blocks(scores, 1)[..., 0] * u  # [B, H, N, C, 1] * [B, H, N, C, E]
-  out = factor(below) * lower + factor(-above) * upper + on_diagonal
-  if steep_slots is not None:
-    states = [_gather_chunks(x, steep_slots) for x in (forward_entering, backward_entering)]
-    out = _overwrite_chunks(out, steep_slots, _steep_outputs(*steep_inputs, *states))
-  return out, None
+  return (_steep_outputs(q, k, u, fwd, bwd, forward_state, backward_state),
+          _steep_leaving(k, u, fwd, bwd))
 
 
 def _steep_leaving(k, u, fwd, bwd):
@@ -522,62 +420,6 @@ def factored_exponent_limit(dtype) -> float:
   (not denormal), which any fraction below 1 does.
   """
   return 0.68 * math.log(float(jnp.finfo(dtype).max))
-
-
-def _factored_products(scores, u, fwd, bwd):
-  """Same-chunk outputs through e^{F_r − F_c} = e^{F_r − R} · e^{R − F_c}: one matmul a triangle.
-
-  R is the middle of each chunk's range of F per channel (R' likewise for A), so each factor
-  lies in [e^{−T/2}, e^{T/2}] for a spread T; `bidirectional_chunk_scan` runs this only when
-  T ≤ 2W (`factored_exponent_limit`) in every chunk and channel.
-  Rounding stays that of the exact sums: every product keeps its relative error, only its scale
-  is moved between the key and the query side. R cancels from every product, so it is held
-  constant under differentiation: its true gradient is zero, and skipping the max/min backward
-  saves two passes over [B, H, N, C, E].
-
-  Args:
-    scores: [B, H, N, C, C] q_r·k_c.
-    u: [B, H, N, C, E] carried values.
-    fwd: [B, H, N, C, E] chunk-local inclusive cumsum F of the forward gates.
-    bwd: [B, H, N, C, E] chunk-local inclusive cumsum A of log λ.
-
-  Returns:
-    [B, H, N, C, E] same-chunk outputs, and None (no key sums).
-  """
-  factor = _bounded_exp(factored_exponent_limit(u.dtype))
-  middle = lambda x: jax.lax.stop_gradient(
-      0.5 * (jnp.max(x, axis=-2, keepdims=True) + jnp.min(x, axis=-2, keepdims=True)))
-  below, above = fwd - middle(fwd), bwd - middle(bwd)  # [B, H, N, C, E]
-  size = scores.shape[-1]
-  row = jnp.arange(size)[:, None]
-  col = jnp.arange(size)[None, :]
-  # Two dots rather than one on stacked triangles: the stack's copies cost more than the
-  # second dot's dispatch on XLA:CPU (8% of a vector kernel's forward+backward).
-  lower = jnp.einsum("bhnrc,bhnce->bhnre", jnp.where(row > col, scores, 0.0),
-                     factor(-below) * u)  # [B, H, N, C, E]
-  upper = jnp.einsum("bhnrc,bhnce->bhnre", jnp.where(row < col, scores, 0.0), factor(above) * u)
-  on_diagonal = _diagonal_blocks(scores, 1)[..., 0] * u  # [B, H, N, C, 1] * [B, H, N, C, E]
-  return factor(below) * lower + factor(-above) * upper + on_diagonal, None
-
-
-def _bounded_exp(limit):
-  """x ↦ e^{clip(x, −limit, limit)}, differentiated as if unclipped (d/dx = the value).
-
-  The clip is a no-op wherever the factored branch is taken; it keeps the untaken branch
-  finite (and its zero cotangents NaN-free) where `cond` lowers to `select` under `vmap`.
-  Differentiating the clip itself would add a select-and-divide pass per factor (10% of a
-  vector layer's forward+backward on XLA:CPU).
-  """
-  @jax.custom_jvp
-  def bounded_exp(x):
-    return jnp.exp(jnp.clip(x, -limit, limit))
-
-  @bounded_exp.defjvp
-  def _(primals, tangents):
-    value = bounded_exp(primals[0])
-    return value, value * tangents[0]
-
-  return bounded_exp
 
 
 def _exact_vector_block(scores, u, fwd, bwd):

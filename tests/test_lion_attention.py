@@ -12,16 +12,16 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from lion_jax import chunkwise, lion_attention, lion_mask, recurrent, toeplitz_mask
+from lion_jax import chunkwise, factored, lion_attention, lion_mask, recurrent, toeplitz_mask
 from lion_jax.masks import backward_gate_flipped
 from tests.reference import expand_log_decay, reference_lion, reference_mask
 
 FORMS = ("attention", "rnn", "scan", "chunk", "chunk_scan")
 DECAY_KINDS = ("lit", "fixed_head", "fixed_channel", "selective", "selective_vector")
 CHUNK = 16  # small, so L = 37 and 96 span several chunks (37 ends in a partial one); vector
-# decays take the factored kernel unless they are steep, then the factored kernel on halves (8 =
-# chunkwise.VECTOR_SUBCHUNK) or, beyond it, the sub-chunked exact masks; L = 7 is one short
-# chunk, which takes the plain exact masks
+# decays take the factored kernel unless many chunks are steep, then the exact masks in
+# sub-chunks of 8 (chunkwise.VECTOR_SUBCHUNK); L = 7 is one short chunk, whose exact masks are
+# plain
 B, H, K, V = 2, 2, 3, 4
 
 
@@ -243,31 +243,14 @@ def _inputs_with_steep_tokens(steep_log_decay, length=96, seed=14, places=((0, 2
 
 
 W = chunkwise.factored_exponent_limit(np.float32)
-# Spans per chunk of CHUNK = 16, in every full chunk, on either side of each branch's range: the
-# factored kernel takes chunks of 16 while each spans ≤ 2W, chunks of 8 while each half does,
-# and the exact masks beyond. With B·H·N = 12 chunks of 16 (24 of 8) every chunk is steep, more
-# than `steep_chunk_capacity` = 4 recomputed on the side: the whole call changes branch.
-# (branch name -> span per 16 tokens, chunk length of the factored kernel or None, level)
-BRANCH_SPANS = {"factored": (2 * W - 0.5, 16, 0),
-                "halves_low": (2 * W + 0.5, 8, 1),
-                "halves_high": (4 * W - 1.0, 8, 1),
-                "exact": (4 * W + 1.0, None, 2)}
+# Spans per chunk of CHUNK = 16, in every full chunk, on either side of the factored kernel's
+# range (each chunk ≤ 2W). With B·H·N = 12 chunks, all steep is more than
+# `steep_chunk_capacity` = 4 recomputed on the side: the whole call takes the exact masks.
+# (branch name -> span per 16 tokens, the function that computes the outputs)
+BRANCH_SPANS = {"factored": (2 * W - 0.5, "factored_chunks"),
+                "exact": (2 * W + 0.5, "_exact_vector_block"),
+                "exact_far": (3 * W, "_exact_vector_block")}
 STEEP_TOKENS = ((0, 20, 1, 2), (1, 68, 0, 0), (1, 92, 1, 3))  # 3 of 24 chunks at L = 96
-
-
-def test_vector_level_picks_the_coarsest_chunk_length_with_few_enough_steep_chunks():
-  """At most `steep_chunk_capacity` steep chunks (here 4 of 16) stay at the coarsest length; with
-  more, the first length at which few enough are steep, or the exact masks (2W = 80 here)."""
-  assert chunkwise.vector_chunk_sizes(64) == (64, 32, 16, 8)
-  assert chunkwise.vector_chunk_sizes(37) == (37,)
-  assert chunkwise.vector_chunk_sizes(12) == (12,)
-  sizes = chunkwise.vector_chunk_sizes(64)
-  gates = np.full((1, 1024, 1, 2), -0.01)  # 16 chunks of 64
-  for steep_chunks, per_token, level in [(5, -1.2, 0), (4, -10.1, 0), (5, -2.4, 1), (5, -4.9, 2),
-                                         (5, -9.9, 3), (5, -10.1, 4)]:
-    steep = gates.copy()
-    steep[0, :64 * steep_chunks, 0, 1] = per_token  # one channel: spans S·|per_token| per S tokens
-    assert chunkwise.vector_level(steep, gates, sizes, 40.0) == level, (steep_chunks, per_token)
 
 
 def test_steep_chunks_are_those_with_a_channel_spanning_more_than_2W_in_either_gate():
@@ -280,7 +263,7 @@ def test_steep_chunks_are_those_with_a_channel_spanning_more_than_2W_in_either_g
   expected = np.zeros((2, 2, 3), bool)
   expected[1, 0, 1] = expected[0, 1, 0] = True
   np.testing.assert_array_equal(steep, expected)
-  assert chunkwise.steep_chunk_capacity(12) == 4 and chunkwise.steep_chunk_capacity(4096) == 128
+  assert chunkwise.steep_chunk_capacity(12) == 4 and chunkwise.steep_chunk_capacity(4096) == 256
   slots = chunkwise.steep_slots(jnp.asarray(expected), 4)
   np.testing.assert_array_equal(slots, [3, 7, 12, 12])  # flat [B·H·N] indices, then "none"
 
@@ -330,7 +313,6 @@ def test_a_few_steep_chunks_are_recomputed_exactly_beside_the_factored_ones(stee
   padded = np.maximum(padded, -0.5 * W)
   steep = chunkwise.steep_chunks(padded, padded, CHUNK, W)
   assert int(steep.sum()) == 3 <= chunkwise.steep_chunk_capacity(steep.size)
-  assert chunkwise.vector_level(padded, padded, chunkwise.vector_chunk_sizes(CHUNK), W) == 0
   _assert_exact_with_gradients(q, k, v, log_decay, key_mask, convention)
 
 
@@ -350,65 +332,52 @@ def test_decays_as_steep_as_training_makes_them_are_exact():
 
 @pytest.mark.parametrize("normalize", ["after", "none"])
 @pytest.mark.parametrize("branch", list(BRANCH_SPANS))
-def test_vector_chunk_scan_is_exact_on_both_sides_of_each_branch_range(branch, normalize):
+def test_vector_chunk_scan_is_exact_on_both_sides_of_the_factored_range(branch, normalize):
   """float32, vector decays: chunks whose log-decays span just under 2W go through the factored
-  kernel with factors up to e^{±W}; just over 2W, through the factored kernel on halves (up to
-  e^{±W} just under 4W); beyond, through the exact masks. All match the definition, forward and
-  backward."""
-  span, _, level = BRANCH_SPANS[branch]
+  kernel with factors up to e^{±W}; just over 2W, and far beyond, through the exact masks. All
+  match the definition, forward and backward."""
+  span, _ = BRANCH_SPANS[branch]
   q, k, v, log_decay, key_mask = _vector_inputs_spanning(span)
-  padded = np.pad(log_decay, [(0, 0), (0, 48 - 37), (0, 0), (0, 0)])
-  assert chunkwise.vector_level(padded, padded, chunkwise.vector_chunk_sizes(CHUNK), W) == level
   _assert_exact_with_gradients(q, k, v, log_decay, key_mask, normalizations=(normalize,),
                                float64=False)
 
 
-def _poisoned(real, when=lambda *operands: True):
-  """`real` with its (first) result turned into NaN where `when(*operands)`."""
-  def poisoned(*operands):
-    result = real(*operands)
-    if not when(*operands):
-      return result
+def _poisoned(real):
+  """`real` with its (first) result turned into NaN."""
+  def poisoned(*operands, **options):
+    result = real(*operands, **options)
     return (result[0] * np.nan, None) if isinstance(result, tuple) else result * np.nan
   return poisoned
 
 
-def _factored_at(length):
-  """Poisons `_factored_kernel` only where it runs on chunks of `length` tokens."""
-  return lambda *operands: operands[2].shape[-2] == length
-
-
 @pytest.mark.parametrize("branch", list(BRANCH_SPANS) + ["few_steep"])
-def test_guard_sends_chunks_to_the_coarsest_block_whose_range_holds(monkeypatch, branch):
-  """The fast paths must really run inside their ranges (else the speed is lost silently) and
-  never outside them: poisoning every other branch with NaN leaves the output finite, while
-  poisoning a branch said to be taken (the positive control) turns it into NaN. A few steep
-  chunks take the factored kernel with their chunks recomputed (`_steep_outputs`); many take
-  it on shorter chunks, or the exact masks."""
+def test_guard_sends_chunks_to_the_block_whose_range_holds(monkeypatch, branch):
+  """The fast path must really run inside its range (else the speed is lost silently) and never
+  outside it: poisoning every other branch with NaN leaves the output finite, while poisoning a
+  branch said to be taken (the positive control) turns it into NaN. A few steep chunks take the
+  factored kernel with their chunks recomputed (`_steep_outputs`); many take the exact masks."""
   if branch == "few_steep":
     q, k, v, log_decay, key_mask = _inputs_with_steep_tokens(-100.0, places=STEEP_TOKENS)
-    taken = {("_factored_kernel", CHUNK), ("_steep_outputs", None)}
+    taken = {(factored, "factored_chunks"), (chunkwise, "_steep_outputs")}
   else:
-    span, length, _ = BRANCH_SPANS[branch]
-    q, k, v, log_decay, key_mask = _vector_inputs_spanning(span)
-    taken = {("_factored_kernel", length) if length else ("_exact_vector_block", None)}
-  candidates = {("_factored_kernel", CHUNK), ("_factored_kernel", CHUNK // 2),
-                ("_steep_outputs", None), ("_exact_vector_block", None)}
+    q, k, v, log_decay, key_mask = _vector_inputs_spanning(BRANCH_SPANS[branch][0])
+    name = BRANCH_SPANS[branch][1]
+    taken = {(factored if name == "factored_chunks" else chunkwise, name)}
+  candidates = {(factored, "factored_chunks"), (chunkwise, "_steep_outputs"),
+                (chunkwise, "_exact_vector_block")}
   inputs = [np.asarray(x, np.float32) for x in (q, k, v, log_decay)]
 
-  def output_with_poisoned(name, length):
+  def output_with_poisoned(module, name):
     with monkeypatch.context() as patch:
-      real = getattr(chunkwise, name)
-      patch.setattr(chunkwise, name, _poisoned(real, _factored_at(length)) if length
-                    else _poisoned(real))
+      patch.setattr(module, name, _poisoned(getattr(module, name)))
       run = jax.jit(lambda *x: lion_attention(*x, form="chunk_scan", key_mask=key_mask,
                                               chunk_size=CHUNK))
       return np.asarray(run(*inputs))
 
   for other in candidates - taken:
-    assert np.all(np.isfinite(output_with_poisoned(*other))), f"{other} ran, not {taken}"
-  for name in taken:
-    assert not np.all(np.isfinite(output_with_poisoned(*name))), f"{name} was not used at all"
+    assert np.all(np.isfinite(output_with_poisoned(*other))), f"{other[1]} ran, not {taken}"
+  for module, name in taken:
+    assert not np.all(np.isfinite(output_with_poisoned(module, name))), f"{name} was not used"
 
 
 def test_vmapped_examples_on_either_side_of_the_range_get_exact_finite_gradients():
@@ -444,22 +413,26 @@ def test_vmapped_examples_on_either_side_of_the_range_get_exact_finite_gradients
                          ids=["within", "at_the_limit", "beyond"])
 def test_the_factored_kernel_alone_breaks_beyond_its_range_which_is_why_it_is_guarded(
     limits, works):
-  """Run directly on chunks, the factored kernel equals the definition while a chunk's decays span
-  less than 2W (the positive controls: this harness chunks correctly); at 3W its factors leave
-  float32's range and it is far off. The public function takes other branches there."""
+  """Run directly on chunks (no chunk recomputed on the side), the factored kernel equals the
+  definition while a chunk's decays span less than 2W (the positive controls: this harness
+  chunks correctly); at 3W its factors leave float32's range and it is far off. The public
+  function takes the exact masks there."""
   span = limits * W
   q, k, v, log_decay, _ = _vector_inputs_spanning(span, length=2 * CHUNK)
   to_chunks = lambda x: jnp.moveaxis(jnp.asarray(x, jnp.float32), 2, 1).reshape(
       B, H, 2, CHUNK, x.shape[-1])
   within_chunks = log_decay.reshape(B, 2, CHUNK, H, V).cumsum(2).reshape(log_decay.shape)
   chunked = tuple(map(to_chunks, (q, k, v, within_chunks, within_chunks)))
-  factored, _ = chunkwise._factored_kernel(*chunked, chunkwise.STATE_PASSES["scan"])
+  nothing_steep = jnp.full((1,), B * H * 2, jnp.int32)
+  out = factored.factored_chunks(*chunked, nothing_steep,
+                                 entering_states=chunkwise.STATE_PASSES["scan"], limit=W,
+                                 exact_chunks=chunkwise._exact_chunks)
   expected = reference_lion(q, k, v, log_decay, normalize="none")
-  factored = np.asarray(jnp.moveaxis(factored.reshape(B, H, 2 * CHUNK, V), 1, 2))
+  out = np.asarray(jnp.moveaxis(out.reshape(B, H, 2 * CHUNK, V), 1, 2))
   if works:
-    np.testing.assert_allclose(factored, expected, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
   else:
-    assert not np.allclose(factored, expected, rtol=1e-3, atol=1e-3)
+    assert not np.allclose(out, expected, rtol=1e-3, atol=1e-3)
   got = compiled("chunk_scan", "symmetric", "none", False)(
       *(np.asarray(x, np.float32) for x in (q, k, v, log_decay)), None)
   np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
