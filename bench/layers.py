@@ -13,13 +13,11 @@ conjugate symmetry: S5's Path-X/AAN configuration), with S5's associative scan a
 `lax.scan`. "fwd+bwd" is the gradient of a scalar loss w.r.t. all parameters and the input.
 All cases of one L are timed interleaved in one process; ratios are what to read.
 
-`--fallback` times only the LION-S vector layer, once per branch of `chunk_scan`'s vector-decay
-kernel: HiPPO-initialised decays (log λ ∈ [−0.05, −0.0005]: the factored block), randomly
-initialised ones (λ = σ(N(0, 1)), the "w/o HiPPO" init: too steep for C = 64, so the halving
-block, to S = 16), the same with every log λ doubled (to S = 8), and the random decays forced
-into the exact-mask branch (the only fallback before
-the halving block existed); the forced branch keeps its runtime `switch`, so all three pay the
-same branch overhead. Prints each case's branch and its time relative to the factored path.
+`--fallback` times only the LION-S vector layer, once per way `chunk_scan`'s vector-decay kernel
+can go: HiPPO-initialised decays (log λ ∈ [−0.05, −0.0005]: the factored kernel, no chunk
+steep), randomly initialised ones (λ = σ(N(0, 1)), the "w/o HiPPO" init), and the random decays forced into the exact masks (every chunk counted steep).
+Prints each case's branch and its time relative to the HiPPO case. Decays as training makes
+them: `bench/trained_decays.py --time`.
 
 `--preset TASK` sizes every layer as configs/<TASK>.py trains it: LION at `:lion_s`'s d_model,
 heads and chunk, S5 at `:s5`'s d_model, P and J (the release script's), and drops the softmax
@@ -112,12 +110,9 @@ def make_layers(args):
 def make_fallback_layers(args):
   """name -> (module factory, info, forced branch or None): the LION-S vector layer per branch."""
   layers = {}
-  # A selective gate bias of +8 makes 2σ(z) ≈ 2 at init: every log λ twice the base one, so the
-  # random init's steepest channels (log λ ≈ −6) need the deepest halving (S = 8 at C = 64).
   for name, init, bias, forced in (
       ("LION-S vector, HiPPO init", "hippo", None, None),
       ("LION-S vector, random init", "random", None, None),
-      ("LION-S vector, random init, gate bias +8", "random", 8.0, None),
       ("LION-S vector, random init, exact masks", "random", None, "exact")):
     cfg = dataclasses.replace(lion_config("LION-S", args.d_model, args.heads, args.chunk, "vector"),
                               decay_init=init, selective_bias_init=bias)
@@ -129,30 +124,32 @@ def make_fallback_layers(args):
 
 
 def forcing_exact_masks(fn):
-  """`fn`, traced with `chunkwise.vector_level` always picking the exact masks, at run time (a
-  traced index, so the `switch` and its overhead stay as they are)."""
+  """`fn`, traced with every chunk counted steep, so that the whole call takes the exact masks
+  at run time (the factored kernel still runs beside them, as in any call that falls back)."""
   def traced(*operands):
-    real = chunkwise.vector_level
-    chunkwise.vector_level = lambda *args: jnp.maximum(real(*args), len(args[2]))
+    real = chunkwise.steep_chunks
+    chunkwise.steep_chunks = lambda *args: jnp.ones_like(real(*args))
     try:
       return fn(*operands)
     finally:
-      chunkwise.vector_level = real
+      chunkwise.steep_chunks = real
   return traced
 
 
 def branch_taken(factory, x, chunk):
-  """The vector-decay branch a layer's decays take at input x: (index, name)."""
+  """The vector-decay branch a layer's decays take at input x, as a name."""
   mixer = factory()
   log_decay, = mixer.scan_log_decays(x)  # [B, L, H, G]
-  sizes = chunkwise.vector_chunk_sizes(chunk)
-  padded = jnp.pad(log_decay, [(0, 0), (0, -log_decay.shape[1] % chunk), (0, 0), (0, 0)])
+  limit = chunkwise.factored_exponent_limit(jnp.float32)
+  padded = jnp.pad(jnp.maximum(log_decay, -0.5 * limit),
+                   [(0, 0), (0, -log_decay.shape[1] % chunk), (0, 0), (0, 0)])
   # The code convention's forward gate is log λ shifted by one: the same per-chunk sums but for
   # the chunk edges, so log λ's sums decide the branch here.
-  level = int(chunkwise.vector_level(padded, padded, sizes,
-                                     chunkwise.factored_exponent_limit(jnp.float32)))
-  names = [f"factored C={sizes[0]}"] + [f"halving to S={s}" for s in sizes[1:]] + ["exact masks"]
-  return level, names[level]
+  steep = chunkwise.steep_chunks(padded, padded, chunk, limit)
+  count, capacity = int(steep.sum()), chunkwise.steep_chunk_capacity(steep.size)
+  if count > capacity:
+    return f"exact masks ({count} of {steep.size} chunks steep)"
+  return f"factored C={chunk}, {count} of {steep.size} chunks recomputed"
 
 
 def build_cases(length, layers, passes, args):
@@ -162,7 +159,7 @@ def build_cases(length, layers, passes, args):
   cases = []
   for name, (factory, info) in layers.items():
     if args.fallback:
-      info = dict(info, branch=(branch_taken(factory, x, args.chunk)[1]
+      info = dict(info, branch=(branch_taken(factory, x, args.chunk)
                                 if info["forced_branch"] is None else "exact masks"))
     graphdef, params = nnx.split(factory())
 

@@ -16,15 +16,14 @@ batch axis: a `lax.scan` of N steps, or a `lax.associative_scan` of log N depth 
 is ≤ 0: stable in float32 at any L. Work O(L·C·(K+E) + L·K·E), memory O(L·C + N·K·E).
 
 With one decay per carried channel (vector decays) the same-chunk mask differs per channel.
-When every chunk's log-decays span at most 2W (`factored_exponent_limit`: 80 in float32, e.g.
-per-token log λ ≥ −1.25 at C = 64), each triangle factors through a per-chunk middle R,
-e^{F_r − R} · e^{R − F_c} = e^{F_r − F_c}, and the block is two matmuls with O(C·E) scaling,
-whose scaled values also make the chunk states (`_factored_kernel`).
-Steeper chunks are halved until their sub-chunks of S = C/2^J tokens span at most 2W (down to
-S = 8, i.e. per-token log λ ≥ −10): the sub-chunks' blocks are factored and each halving couples
-its two halves through the boundary between them, with factors ≤ 1 (`_halving_block`); exact
-[S, S, E] masks, one chunk at a time, only beyond that. One `lax.cond` per call picks the
-factored kernel or the other, inside which a `lax.switch` picks the same-chunk block.
+When a chunk's log-decays span at most 2W (`factored_exponent_limit`: 120 in float32), each
+triangle factors through a per-chunk middle R, e^{F_r − R} · e^{R − F_c} = e^{F_r − F_c}, and
+the block is two matmuls with O(C·E) scaling, whose scaled values also make the chunk states
+(`lion_jax.factored`, which has its own backward pass). Chunks that span more (steep chunks,
+which trained selective gates make) are recomputed exactly on the side, up to
+`steep_chunk_capacity` of them; a call with more takes exact [S, S, E] masks in sub-chunks of
+S = 8, one chunk at a time. A token's log-gate below −W/2 is raised to −W/2 first: the mask
+across it is below e^{−W/2} (1e-13 in float32) either way (docs/math.md §4.3).
 
 Unlike running a causal kernel on the sequence and on its flip (`lion_jax.recurrent`), this
 computes each C×C score block once and never flips the sequence, and it works heads-first
@@ -41,16 +40,22 @@ import math
 import jax
 import jax.numpy as jnp
 
+from lion_jax import factored
 from lion_jax.options import check_choice
 
-# The shortest sub-chunk the vector-decay kernel halves chunks down to; the exact fallback splits
-# a chunk into sub-chunks of this size too: only the diagonal sub-blocks get [S, S, E] masks, the
-# rest goes through matmuls.
+# The exact vector-decay masks split a chunk into sub-chunks of this size: only the diagonal
+# sub-blocks get [S, S, E] masks, the rest goes through matmuls.
 VECTOR_SUBCHUNK = 8
+
+# The factored kernel recomputes up to max(MIN, B·H·N / DIVISOR) steep chunks exactly on the side
+# (`steep_chunk_capacity`); more than that, and the whole call takes the exact masks.
+STEEP_CHUNKS_MIN = 4
+STEEP_CHUNKS_DIVISOR = 16
 
 
 def bidirectional_chunk_scan(q, k, u, forward_gate, log_decay, chunk_size: int = 64,
-                             with_key_sums: bool = False, state_pass: str = "auto"):
+                             with_key_sums: bool = False, state_pass: str = "auto",
+                             branch_axis: str | None = None):
   """Σ_j (q_i·k_j) M_ij u_j over all keys j, chunk by chunk.
 
   Args:
@@ -66,141 +71,140 @@ def bidirectional_chunk_scan(q, k, u, forward_gate, log_decay, chunk_size: int =
     state_pass: how the chunk states pass between chunks: "scan" (a `lax.scan` of N sequential
       steps), "associative" (a log-depth `lax.associative_scan` over the chunk axis) or "auto"
       (`resolve_state_pass`). Both give the same values.
+    branch_axis: inside `shard_map`, the bound axis whose shards must all take the same branch
+      of the vector-decay kernel: the deepest any of them needs (a `switch` whose branches hold
+      collectives deadlocks when devices disagree).
 
   Returns:
     [B, L, H, E] outputs, and [B, L, H, 1] key sums (or None).
   """
   entering_states = STATE_PASSES[resolve_state_pass(state_pass)]
-  batch, length, heads, key_dim = k.shape
-  channels, groups = u.shape[-1], log_decay.shape[-1]
+  batch, length, heads, _ = k.shape
+  groups = log_decay.shape[-1]
   if with_key_sums and groups != 1:
     raise ValueError("with_key_sums needs one decay per head (G = 1); carry a channel of ones "
                      "per decay channel instead.")
   chunk = max(1, min(chunk_size, length))
-  num_chunks = -(-length // chunk)
-  pad = num_chunks * chunk - length
-
-  def to_chunks(x):  # [B, L', H, X] (L' = N·C) -> [B, H, N, C, X]
-    return jnp.moveaxis(x, 2, 1).reshape(batch, heads, num_chunks, chunk, x.shape[-1])
-
-  def unchunk(x):  # [B, H, N, C, X] -> [B, L, H, X]
-    x = jnp.moveaxis(x.reshape(batch, heads, num_chunks * chunk, x.shape[-1]), 1, 2)
-    return x[:, :length]
-
+  pad = -length % chunk
   padded = [jnp.pad(x, [(0, 0), (0, pad), (0, 0), (0, 0)])
             for x in (q, k, u, forward_gate, log_decay)]  # [B, L', H, X]
-  # Chunk-local inclusive cumsums F and A, before the heads-first relayout: there they are one
-  # batched [C, C] @ [C, H·G] matmul each, with no transposes (XLA:CPU's cumsum is much slower).
-  inclusive = jnp.broadcast_to(jnp.tril(jnp.ones((chunk, chunk), q.dtype)),
-                               (batch, num_chunks, chunk, chunk))  # [B, N, C(r), C(t)]
-  in_chunks = lambda x: x.reshape(batch, num_chunks, chunk, heads * groups)  # [B, N, C, H·G]
-  cumsums = [jnp.matmul(inclusive, in_chunks(x)).reshape(x.shape) for x in padded[3:]]
-  chunked = tuple(map(to_chunks, padded[:3] + cumsums))  # q, k, u, F, A
+  unchunk = lambda x: _unchunk(x)[:, :length]  # [B, H, N, C, X] -> [B, L, H, X]
 
   if groups == 1:
-    out, key_sums = _chunk_kernel(*chunked, _scalar_block, entering_states)
+    out, key_sums = _chunk_kernel(*_to_chunks(padded, chunk), _scalar_block, entering_states)
     return unchunk(out), unchunk(key_sums) if with_key_sums else None
-  # Vector decays: the factored block needs every chunk's log-decays to span at most 2W. Where
-  # C is too long for that, sub-chunks of C/2, C/4, ... (≥ VECTOR_SUBCHUNK) may still be within
-  # it (`_halving_block`); exact masks only where even those are not. One `cond` for the whole
-  # kernel between the factored block and the rest, so that the fast branch fuses as freely as
-  # an unconditional kernel would; inside the other, one `switch` picks the same-chunk block (a
-  # `switch` over whole kernels took 90 MB more; one around the block only, for all branches,
-  # made the factored path 13% slower in a LION-S vector layer, fwd+bwd at L = 4K, B = 2).
-  sizes = vector_chunk_sizes(chunk)
-  level = vector_level(*padded[3:], sizes, factored_exponent_limit(u.dtype))
-  steep_blocks = ([lambda *operands, depth=depth: _halving_block(*operands, depth)
-                   for depth in range(1, len(sizes))] + [_exact_vector_block])
-  steep_branches = [lambda *operands, block=block: block(*operands)[0] for block in steep_blocks]
-  steep_block = lambda *operands: (jax.lax.switch(level - 1, steep_branches, *operands), None)
-  steep_kernel = lambda *operands: _chunk_kernel(*operands, steep_block, entering_states)[0]
-  factored_kernel = lambda *operands: _factored_kernel(*operands, entering_states)[0]
-  out = jax.lax.cond(level == 0, factored_kernel, steep_kernel, *chunked)
+  # Vector decays. A token's log-gate below −W/2 only scales the mask across it by less than
+  # e^{−W/2} (1e-13 in float32), under every rounding of the sums it enters; raising it to −W/2
+  # bounds what one token adds to a chunk's span.
+  limit = factored_exponent_limit(u.dtype)
+  padded[3:] = [jnp.maximum(gate, -0.5 * limit) for gate in padded[3:]]
+  # The factored kernel (`factored.factored_chunks`) needs each chunk to span at most 2W, but
+  # for up to `steep_chunk_capacity` steep chunks, which it recomputes exactly on the side. It
+  # runs unconditionally: XLA:CPU runs it 24-35% slower inside a `cond` or `switch` (fwd+bwd,
+  # L = 512, B = 32, H = 4, E = 32), and every branch enlarges the memory plan. A call with more
+  # steep chunks takes the exact masks instead, under a `cond` whose other branch is empty.
+  chunked = _to_chunks(padded, chunk)
+  steep = steep_chunks(*padded[3:], chunk, limit)  # [B, H, N]
+  capacity = steep_chunk_capacity(steep.size)
+  out = factored.factored_chunks(*chunked, steep_slots(steep, capacity),
+                                 entering_states=entering_states, limit=limit,
+                                 exact_chunks=_exact_chunks)
+  too_steep = jnp.sum(steep) > capacity
+  if branch_axis is not None:
+    too_steep = jax.lax.pmax(too_steep.astype(jnp.int32), branch_axis) > 0
+  exact = lambda *chunked: _chunk_kernel(*chunked, _exact_vector_block, entering_states)[0]
+  out = jnp.where(too_steep, _only_if(too_steep, exact, *chunked), out)
   return unchunk(out), None
 
 
-def vector_chunk_sizes(chunk: int) -> tuple[int, ...]:
-  """The chunk lengths the vector-decay kernel may factor at: C, then C/2, C/4, ... while they
-  are whole and at least `VECTOR_SUBCHUNK`, coarsest first."""
-  sizes = [chunk]
-  while sizes[-1] % 2 == 0 and sizes[-1] // 2 >= VECTOR_SUBCHUNK:
-    sizes.append(sizes[-1] // 2)
-  return tuple(sizes)
+def _only_if(predicate, fn, *operands):
+  """fn(*operands) where `predicate` holds, else zeros of its shape; forward and backward.
+
+  A differentiated `lax.cond` keeps every residual its branches could need and zero-fills the
+  slots of the branch not taken: 15% of a vector kernel's forward+backward, and 229 MB on its
+  201 (L = 512, B = 32, H = 4, E = 32), for a fallback that almost never runs. Here the
+  backward pass recomputes fn's forward instead, only where it runs, and keeps nothing but the
+  operands, which are alive anyway.
+  """
+  @jax.custom_vjp
+  def guarded(predicate, *operands):
+    return jax.lax.cond(predicate, fn, lambda *x: jnp.zeros_like(jax.eval_shape(fn, *x)),
+                        *operands)
+
+  def forward(predicate, *operands):
+    return guarded(predicate, *operands), (predicate, operands)
+
+  def backward(saved, cotangent):
+    predicate, operands = saved
+    pulled = jax.lax.cond(predicate, lambda c, *x: jax.vjp(fn, *x)[1](c),
+                          lambda c, *x: tuple(map(jnp.zeros_like, x)), cotangent, *operands)
+    return (None, *pulled)
+
+  guarded.defvjp(forward, backward)
+  return guarded(predicate, *operands)
 
 
-def vector_level(forward_gate, log_decay, sizes, limit):
-  """Which branch of the vector-decay kernel is exact: the coarsest factorable chunk length.
+def _to_chunks(padded, chunk: int):
+  """q, k, u and the two gates [B, L', H, X] (L' = N·C) as q, k, u, F, A [B, H, N, C, X].
 
-  A chunk's log-decays span at most Σ_t |gate_t| over it, for either gate; the factored block
-  is exact while that is ≤ 2W (W = `limit`) in every chunk and channel.
+  F and A are the chunk-local inclusive cumsums of the gates, taken before the heads-first
+  relayout: there they are one batched [C, C] @ [C, H·G] matmul each, with no transposes
+  (XLA:CPU's cumsum is much slower).
+  """
+  batch, length, heads, _ = padded[0].shape
+  num_chunks = length // chunk
+  inclusive = jnp.broadcast_to(jnp.tril(jnp.ones((chunk, chunk), padded[0].dtype)),
+                               (batch, num_chunks, chunk, chunk))  # [B, N, C(r), C(t)]
+  in_chunks = lambda x: x.reshape(batch, num_chunks, chunk, -1)  # [B, N, C, H·G]
+  cumsums = [jnp.matmul(inclusive, in_chunks(x)).reshape(x.shape) for x in padded[3:]]
+  heads_first = lambda x: jnp.moveaxis(x, 2, 1).reshape(batch, heads, num_chunks, chunk,
+                                                        x.shape[-1])
+  return tuple(map(heads_first, list(padded[:3]) + cumsums))
+
+
+def _unchunk(x):
+  """[B, H, N, C, X] -> [B, N·C, H, X]."""
+  batch, heads, num_chunks, chunk, channels = x.shape
+  return jnp.moveaxis(x.reshape(batch, heads, num_chunks * chunk, channels), 1, 2)
+
+
+def steep_chunks(forward_gate, log_decay, chunk: int, limit):
+  """Which chunks the factored kernel cannot take: a channel spanning more than 2W, or NaN.
 
   Args:
-    forward_gate, log_decay: [B, L', H, G] log-gates, L' a multiple of every size.
-    sizes: chunk lengths, coarsest first, each dividing the one before (`vector_chunk_sizes`).
-    limit: W.
+    forward_gate, log_decay: [B, L', H, G] log-gates, L' a multiple of `chunk`.
+    chunk: C.
+    limit: W (`factored_exponent_limit`).
 
   Returns:
-    int32 scalar: the index into `sizes` of the first length whose every chunk spans ≤ 2W,
-    or len(sizes) (the exact masks) if none does. NaN or ∞ spans fail every test.
+    [B, H, N] bool.
   """
+  return _steep(_chunk_spans(forward_gate, log_decay, chunk), limit)
+
+
+def _chunk_spans(forward_gate, log_decay, chunk: int):
+  """[B, L'/C, H, G] Σ_t max(|f_t|, |a_t|) over each chunk: at least either gate's span there
+  (one pass over both gates instead of one per gate)."""
   batch, length, heads, groups = log_decay.shape
-  finest = sizes[-1]
-  # [B, L'/S, H·G] per-chunk sums of |gate| at the finest size, both gates at once.
-  sums = jnp.maximum(*(jnp.abs(x).reshape(batch, length // finest, finest, heads * groups)
-                       .sum(2) for x in (forward_gate, log_decay)))
-  fits = [jnp.max(sums) <= 2 * limit]
-  for finer, size in zip(sizes[::-1], sizes[-2::-1]):  # coarser sums add up neighbouring ones
-    sums = sums.reshape(batch, -1, size // finer, heads * groups).sum(2)
-    fits.append(jnp.max(sums) <= 2 * limit)
-  fits = jnp.stack(fits[::-1])  # [len(sizes)], coarsest first
-  return jnp.where(jnp.any(fits), jnp.argmax(fits), len(sizes)).astype(jnp.int32)
+  return jnp.maximum(jnp.abs(forward_gate), jnp.abs(log_decay)).reshape(
+      batch, length // chunk, chunk, heads, groups).sum(2)
 
 
-# Rematerialised as a whole: what it saves for the backward pass is then its inputs, whose shapes
-# the factored branch's residuals already have (JAX pools a `cond`'s residuals by shape across
-# branches and zero-fills the slots the taken branch does not use). Saving its matmuls' results
-# instead was 9% slower and took 50 MB more (fwd+bwd at L = 4K, B = 2, H = 4, E = 64).
-@functools.partial(jax.checkpoint, static_argnums=(4,))
-def _halving_block(scores, u, fwd, bwd, depth):
-  """Same-chunk outputs for chunks too steep to factor whole: halve until the halves factor.
+def _steep(spans, limit):
+  """[B, N, H, G] spans -> [B, H, N] whether any channel spans more than 2W (or is NaN)."""
+  return jnp.moveaxis(~jnp.all(spans <= 2 * limit, axis=-1), 1, 2)
 
-  The chunk is cut in halves `depth` times, into 2^depth sub-chunks of S = C/2^depth tokens.
-  Each S×S diagonal block is factored through its own middle (`_factored_products`: exact while
-  every sub-chunk spans ≤ 2W). At every level of halving, a block of D tokens couples its two
-  halves through the last token m of the first half, with both factors ≤ 1:
-    rows of the second half, keys of the first:  e^{F_r − F_c} = e^{F_r − F_m} · e^{F_m − F_c}
-    rows of the first half, keys of the second:  e^{A_c − A_r} = e^{A_c − A_m} · e^{A_m − A_r}
-  so each is one matmul of a (D/2)×(D/2) score block. All blocks together cover the chunk's
-  C×C mask exactly once.
 
-  Args:
-    scores: [B, H, N, C, C] q_r·k_c.
-    u: [B, H, N, C, E] carried values.
-    fwd, bwd: [B, H, N, C, E] chunk-local inclusive cumsums F and A.
-    depth: J ≥ 1, with 2^J dividing C.
+def steep_chunk_capacity(num_chunks: int) -> int:
+  """P: how many steep chunks the factored kernel recomputes exactly on the side
+  (`factored.factored_chunks`); a call with more takes the exact masks for every chunk."""
+  return max(STEEP_CHUNKS_MIN, num_chunks // STEEP_CHUNKS_DIVISOR)
 
-  Returns:
-    [B, H, N, C, E] same-chunk outputs, and None.
-  """
-  batch, heads, num_chunks, chunk, channels = u.shape
-  leaves = 1 << depth
-  leaf = chunk // leaves
-  as_leaves = lambda x: x.reshape(batch, heads, num_chunks * leaves, leaf, x.shape[-1])
-  own = _diagonal_blocks(scores, leaf).reshape(batch, heads, num_chunks * leaves, leaf, leaf)
-  out = _factored_products(own, as_leaves(u), as_leaves(fwd), as_leaves(bwd))[0].reshape(u.shape)
-  for level in range(depth):
-    blocks, half = 1 << level, chunk >> (level + 1)
-    pair = _diagonal_blocks(scores, 2 * half)  # [B, H, N, blocks, 2·half(r), 2·half(c)]
-    halves = lambda x: x.reshape(batch, heads, num_chunks, blocks, 2, half, channels)
-    f, a, v = halves(fwd), halves(bwd), halves(u)  # [B, H, N, blocks, 2, half, E]
-    f_mid, a_mid = f[..., 0, -1:, :], a[..., 0, -1:, :]  # [B, H, N, blocks, 1, E]
-    lower = jnp.einsum("bhnprc,bhnpce->bhnpre", pair[..., half:, :half],
-                       jnp.exp(f_mid - f[..., 0, :, :]) * v[..., 0, :, :])
-    upper = jnp.einsum("bhnprc,bhnpce->bhnpre", pair[..., :half, half:],
-                       jnp.exp(a[..., 1, :, :] - a_mid) * v[..., 1, :, :])
-    out = out + jnp.stack([upper * jnp.exp(a_mid - a[..., 0, :, :]),
-                           lower * jnp.exp(f[..., 1, :, :] - f_mid)], axis=-3).reshape(u.shape)
-  return out, None
+
+def steep_slots(steep, capacity: int):
+  """[P] flat indices into [B·H·N] of the first P steep chunks, then B·H·N (no chunk)."""
+  flat = steep.reshape(-1)
+  return jnp.nonzero(flat, size=capacity, fill_value=flat.shape[0])[0].astype(jnp.int32)
 
 
 def _chunk_kernel(q, k, u, fwd, bwd, intra_block, entering_states):
@@ -252,71 +256,59 @@ def _chunk_kernel(q, k, u, fwd, bwd, intra_block, entering_states):
   return out, key_sums
 
 
-# Not rematerialised as a whole (`dots_saveable`, as the factored block before it was): that
-# recomputes the state scan in the backward pass, 10-15% slower at head width 64.
-def _factored_kernel(q, k, u, fwd, bwd, entering_states):
-  """The chunk kernel with one decay per carried channel, for chunks that factor whole.
-
-  Every product of the mask splits at each chunk's middles R (of F) and R' (of A), as in
-  `_factored_products`, and the same-chunk block and the chunk states then share their
-  operands: with x_c = e^{R − F_c} u_c and y_c = e^{A_c − R'} u_c,
-    same chunk, c < r:  e^{F_r − F_c} u_c = e^{F_r − R} · x_c
-    earlier chunks:     e^{F_r} q_r·S = e^{F_r − R} · q_r·(e^{R} S)
-    leaving forward:    Σ_c e^{F̄ − F_c} k_c u_cᵀ = e^{F̄ − R} · Σ_c k_c x_cᵀ
-  (and mirrored for the backward direction), so the outputs are
-    e^{F_r − R} ⊙ (Σ_{c<r} s_rc x_c + q_r·e^{R} S^fwd) + e^{R' − A_r} ⊙ (Σ_{c>r} s_rc y_c + q_r·e^{Ā − R'} S^bwd) + s_rr u_r:
-  two scaled copies of the values and two output scales in all, where `_chunk_kernel` with a
-  factored same-chunk block would scale values and outputs once for the block and again for
-  the states. Each bracket is one matmul over the chunk's C keys and the state's K rows
-  (fwd+bwd, B = 2, against the block-plus-states kernel: 0.90-0.92× at head width 32,
-  0.94-1.00× at width 64, docs/benchmarks.md §1).
-  Every factor is ≤ e^{W} (the factored range) and the chunk-level ones e^{R}, e^{F̄ − R},
-  e^{R'}, e^{Ā − R'} are ≤ 1.
+def _exact_chunks(q, k, u, fwd, bwd, forward_state, backward_state):
+  """Outputs and leaving states of chunks of any span (`factored.factored_chunks`).
 
   Args:
-    q, k: [B, H, N, C, K].
-    u: [B, H, N, C, E] carried values.
-    fwd, bwd: [B, H, N, C, E] chunk-local inclusive cumsums F of the forward gates and A of
-      log λ, every chunk spanning at most 2W.
-    entering_states: (totals, leaving) -> entering states, a value of `STATE_PASSES`.
+    q, k: [P, C, K]; u, fwd, bwd: [P, C, E]; forward_state, backward_state: [P, K, E] the
+      states entering each chunk from the left and from the right.
 
   Returns:
-    [B, H, N, C, E] outputs, and None (no key sums).
+    [P, C, E] outputs and ([P, K, E], [P, K, E]) the forward and backward leaving states.
   """
-  batch = q.shape[0]
-  factor = _bounded_exp(factored_exponent_limit(u.dtype))
-  middle = lambda x: jax.lax.stop_gradient(
-      0.5 * (jnp.max(x, axis=-2) + jnp.min(x, axis=-2)))  # [B, H, N, E]
-  fwd_mid, bwd_mid = middle(fwd), middle(bwd)  # R, R'
-  below, above = fwd - fwd_mid[..., None, :], bwd - bwd_mid[..., None, :]  # [B, H, N, C, E]
-  from_left, from_right = factor(-below) * u, factor(above) * u  # x, y: [B, H, N, C, E]
-  fwd_total, bwd_total = fwd[:, :, :, -1], bwd[:, :, :, -1]  # F̄, Ā: [B, H, N, E]
-  per_chunk = lambda log_scale: jnp.exp(log_scale)[..., None, :]  # [B, H, N, 1, E], all ≤ 1
+  return (_steep_outputs(q, k, u, fwd, bwd, forward_state, backward_state),
+          _steep_leaving(k, u, fwd, bwd))
 
-  leaving = jnp.concatenate([
-      jnp.einsum("bhnck,bhnce->bhnke", k, from_left) * per_chunk(fwd_total - fwd_mid),
-      jnp.flip(jnp.einsum("bhnck,bhnce->bhnke", k, from_right) * per_chunk(bwd_mid), 2)])
-  totals = jnp.concatenate([fwd_total, jnp.flip(bwd_total, 2)])  # [2B, H, N, E]
-  (entering,) = entering_states(totals, (leaving,))  # [2B, H, N, K, E]
-  forward_state = entering[:batch] * per_chunk(fwd_mid)  # e^{R} S^fwd
-  backward_state = jnp.flip(entering[batch:], 2) * per_chunk(bwd_total - bwd_mid)
 
-  scores = jnp.einsum("bhnrk,bhnck->bhnrc", q, k)  # [B, H, N, C, C]
-  size = scores.shape[-1]
-  row = jnp.arange(size)[:, None]
-  col = jnp.arange(size)[None, :]
-  # Each direction's same-chunk keys and entering state in one contraction over C + K: one
-  # larger matmul instead of two. Rematerialised, so that the concatenated copies are not kept
-  # for the backward pass (they cost 7-13% more memory).
-  @jax.checkpoint
-  def keys_and_state(mask, values, state):  # [C, C], [B, H, N, C, E], [B, H, N, K, E]
-    return jnp.einsum("bhnrj,bhnje->bhnre",
-                      jnp.concatenate([jnp.where(mask, scores, 0.0), q], axis=-1),
-                      jnp.concatenate([values, state], axis=-2))
-  lower = keys_and_state(row > col, from_left, forward_state)  # [B, H, N, C, E]
-  upper = keys_and_state(row < col, from_right, backward_state)
-  on_diagonal = _diagonal_blocks(scores, 1)[..., 0] * u  # [B, H, N, C, 1] * [B, H, N, C, E]
-  return factor(below) * lower + factor(-above) * upper + on_diagonal, None
+def _steep_leaving(k, u, fwd, bwd):
+  """What chunks of any span add to the states leaving them, with factors ≤ 1.
+
+  Args:
+    k: [P, C, K] keys of P chunks.
+    u: [P, C, E] carried values.
+    fwd, bwd: [P, C, E] chunk-local inclusive cumsums F and A.
+
+  Returns:
+    [P, K, E] forward Σ_c e^{F̄ − F_c} k_c u_cᵀ and [P, K, E] backward Σ_c e^{A_c} k_c u_cᵀ.
+  """
+  forward = jnp.einsum("pck,pce->pke", k, jnp.exp(fwd[:, -1:] - fwd) * u)
+  backward = jnp.einsum("pck,pce->pke", k, jnp.exp(bwd) * u)
+  return forward, backward
+
+
+def _steep_outputs(q, k, u, fwd, bwd, forward_state, backward_state):
+  """Outputs of chunks of any span from their entering states; every exponent taken is ≤ 0.
+
+  Args:
+    q, k: [P, C, K] queries and keys of P chunks.
+    u: [P, C, E] carried values.
+    fwd, bwd: [P, C, E] chunk-local inclusive cumsums F and A.
+    forward_state, backward_state: [P, K, E] the states entering each chunk from the left and
+      from the right (not rescaled).
+
+  Returns:
+    [P, C, E] Σ_j (q_r·k_j) M_rj u_j over all keys.
+  """
+  scores = jnp.einsum("prk,pck->prc", q, k)[:, None, None]  # [P, 1, 1, C, C]
+  chunk = u.shape[-2]
+  operands = (scores, u[:, None, None], fwd[:, None, None], bwd[:, None, None])
+  if chunk % VECTOR_SUBCHUNK == 0 and chunk > VECTOR_SUBCHUNK:
+    same_chunk = _vector_block_subchunked(*operands, VECTOR_SUBCHUNK)[:, 0, 0]
+  else:
+    same_chunk = _exact_block(*operands)[:, 0, 0]
+  return (same_chunk
+          + jnp.einsum("prk,pke->pre", q, forward_state) * jnp.exp(fwd)
+          + jnp.einsum("prk,pke->pre", q, backward_state) * jnp.exp(bwd[:, -1:] - bwd))
 
 
 def _scalar_block(scores, u, fwd, bwd):
@@ -420,66 +412,14 @@ def _block_decay(fwd, bwd):
 def factored_exponent_limit(dtype) -> float:
   """W: the largest |exponent| one factor of the factored block may take in `dtype`.
 
-  A factor e^{±W} times scores and values must stay finite, forward and backward, so W keeps
-  a margin below half the largest exponent: 39.9 in float32, 319 in float64.
+  Every product the factored kernel forms pairs a query-side factor e^{F_r − R} with key-side
+  factors e^{R − F_c} of keys c the mask lets it see, for which F_c ≥ F_r: so the product is
+  ≤ 1, and each partial sum, forward or backward, is at most e^{W} times C·|score|·|value| (or
+  |cotangent|). W = 0.68·log(max) leaves that a factor e^{0.32·log(max)} of headroom: 60.3 in
+  float32 (C·|s|·|u| up to 2e12), 482 in float64. It must also keep e^{−W} a normal number
+  (not denormal), which any fraction below 1 does.
   """
-  return 0.45 * math.log(float(jnp.finfo(dtype).max))
-
-
-def _factored_products(scores, u, fwd, bwd):
-  """Same-chunk outputs through e^{F_r − F_c} = e^{F_r − R} · e^{R − F_c}: one matmul a triangle.
-
-  R is the middle of each chunk's range of F per channel (R' likewise for A), so each factor
-  lies in [e^{−T/2}, e^{T/2}] for a spread T; `bidirectional_chunk_scan` runs this only when
-  T ≤ 2W (`factored_exponent_limit`) in every chunk and channel.
-  Rounding stays that of the exact sums: every product keeps its relative error, only its scale
-  is moved between the key and the query side. R cancels from every product, so it is held
-  constant under differentiation: its true gradient is zero, and skipping the max/min backward
-  saves two passes over [B, H, N, C, E].
-
-  Args:
-    scores: [B, H, N, C, C] q_r·k_c.
-    u: [B, H, N, C, E] carried values.
-    fwd: [B, H, N, C, E] chunk-local inclusive cumsum F of the forward gates.
-    bwd: [B, H, N, C, E] chunk-local inclusive cumsum A of log λ.
-
-  Returns:
-    [B, H, N, C, E] same-chunk outputs, and None (no key sums).
-  """
-  factor = _bounded_exp(factored_exponent_limit(u.dtype))
-  middle = lambda x: jax.lax.stop_gradient(
-      0.5 * (jnp.max(x, axis=-2, keepdims=True) + jnp.min(x, axis=-2, keepdims=True)))
-  below, above = fwd - middle(fwd), bwd - middle(bwd)  # [B, H, N, C, E]
-  size = scores.shape[-1]
-  row = jnp.arange(size)[:, None]
-  col = jnp.arange(size)[None, :]
-  # Two dots rather than one on stacked triangles: the stack's copies cost more than the
-  # second dot's dispatch on XLA:CPU (8% of a vector kernel's forward+backward).
-  lower = jnp.einsum("bhnrc,bhnce->bhnre", jnp.where(row > col, scores, 0.0),
-                     factor(-below) * u)  # [B, H, N, C, E]
-  upper = jnp.einsum("bhnrc,bhnce->bhnre", jnp.where(row < col, scores, 0.0), factor(above) * u)
-  on_diagonal = _diagonal_blocks(scores, 1)[..., 0] * u  # [B, H, N, C, 1] * [B, H, N, C, E]
-  return factor(below) * lower + factor(-above) * upper + on_diagonal, None
-
-
-def _bounded_exp(limit):
-  """x ↦ e^{clip(x, −limit, limit)}, differentiated as if unclipped (d/dx = the value).
-
-  The clip is a no-op wherever the factored branch is taken; it keeps the untaken branch
-  finite (and its zero cotangents NaN-free) where `cond` lowers to `select` under `vmap`.
-  Differentiating the clip itself would add a select-and-divide pass per factor (10% of a
-  vector layer's forward+backward on XLA:CPU).
-  """
-  @jax.custom_jvp
-  def bounded_exp(x):
-    return jnp.exp(jnp.clip(x, -limit, limit))
-
-  @bounded_exp.defjvp
-  def _(primals, tangents):
-    value = bounded_exp(primals[0])
-    return value, value * tangents[0]
-
-  return bounded_exp
+  return 0.68 * math.log(float(jnp.finfo(dtype).max))
 
 
 def _exact_vector_block(scores, u, fwd, bwd):

@@ -145,7 +145,7 @@ def shard_chunk_scan(q, k, u, log_decay, *, convention: str, chunk_size: int, ax
       around(rows(enter_forward), u, rows(enter_backward)),
       around(no_decay, inner_gate.at[:, 0].set(boundary[shard]), no_decay),
       around(no_decay, log_decay, no_decay), chunk_size,
-      state_pass=state_pass)  # [B, K+S+K, H, E]
+      state_pass=state_pass, branch_axis=axis_name)  # [B, K+S+K, H, E]
   return out[:, key_dim:key_dim + length]
 
 

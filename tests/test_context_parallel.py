@@ -100,6 +100,21 @@ SCRIPT = textwrap.dedent("""
     np.testing.assert_allclose(got, run(None)(*f32, key_mask=key_mask), rtol=2e-5, atol=2e-6)
     print("2 x 4 mesh OK")
 
+    # Vector decays steep in one shard only: the shards would pick different branches of the
+    # chunk kernel, whose collectives (over "data") then wait for each other forever.
+    q, k, v, log_decay, key_mask = make_inputs(96, "selective_vector", seed=6)
+    log_decay[:, 48:72] = -40.0  # every chunk of 8 in the third shard spans > 2W
+    f32 = [np.asarray(x, np.float32) for x in (q, k, v, log_decay)]
+    run = lambda axis: jax.jit(functools.partial(lion_attention, chunk_size=8,
+                                                 sequence_axis=axis))
+    with jax.set_mesh(mesh):
+      placed = [jax.device_put(x, NamedSharding(mesh, PartitionSpec("data")))
+                for x in f32 + [key_mask]]
+      got = run("seq")(*placed[:4], key_mask=placed[4])
+    np.testing.assert_allclose(got, reference_lion(q, k, v, log_decay, key_mask=key_mask),
+                               rtol=2e-5, atol=2e-5)
+    print("2 x 4 mesh, shards of different steepness OK")
+
     # A Retrieval-style model (two documents per example, BatchNorm batch statistics, masked mean
     # pooling, padding) takes the same train step on a 2 × 4 (data × seq) mesh as on one
     # device: at L = 32 the inputs are split over `seq`, at L = 30 (not a multiple of 4) only over
@@ -142,14 +157,16 @@ SCRIPT = textwrap.dedent("""
 
 
 def test_sharded_chunk_scan_equals_definition_on_4_and_8_devices():
+  # A deadlock in a collective aborts after 20 s instead of XLA:CPU's default 40 s.
   env = {**os.environ, "XLA_FLAGS": (os.environ.get("XLA_FLAGS", "")
-                                     + " --xla_force_host_platform_device_count=8"),
+                                     + " --xla_force_host_platform_device_count=8"
+                                     + " --xla_cpu_collective_call_terminate_timeout_seconds=20"),
          "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu"}
   proc = subprocess.run([sys.executable, "-c", SCRIPT], cwd=ROOT, env=env, capture_output=True,
                         text=True, timeout=600)
   assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
   for line in ("outputs OK 4", "outputs OK 8", "gradients OK", "2 x 4 mesh OK",
-               "retrieval model OK"):
+               "2 x 4 mesh, shards of different steepness OK", "retrieval model OK"):
     assert line in proc.stdout
 
 

@@ -1,0 +1,271 @@
+"""The factored chunk kernel for per-channel decays, with a hand-written backward pass.
+
+`chunkwise.bidirectional_chunk_scan` with one decay per carried channel (vector decays) runs
+this kernel on chunks whose log-decays span at most 2W (`chunkwise.factored_exponent_limit`),
+and recomputes up to P steep chunks exactly on the side. Every product of the mask splits at
+each chunk's middles R (of F) and R' (of A), so the same-chunk block and the chunk states share
+their operands: with x_c = e^{R − F_c} u_c and y_c = e^{A_c − R'} u_c,
+
+  out_r = e^{F_r − R} ⊙ (Σ_{c<r} s_rc x_c + q_r·e^{R} S→) + e^{R' − A_r} ⊙ (Σ_{c>r} s_rc y_c
+          + q_r·e^{Ā − R'} S←) + s_rr u_r,
+  leaving the chunk:  e^{F̄ − R} ⊙ Σ_c k_c x_cᵀ (forward),  e^{R'} ⊙ Σ_c k_c y_cᵀ (backward),
+
+S→, S← the states entering the chunk from the left and from the right (docs/math.md §4.3).
+
+Why by hand: under automatic differentiation the steep chunks' gathers and overwrites turn into
+full-size scatter-adds of zeros for every operand, which cost 12–15% of the kernel whether or
+not a chunk is steep, and a `cond` between this kernel and the exact masks keeps the residuals
+of both (docs/benchmarks.md §1). Here the backward pass writes the steep chunks' gradients into
+its own buffers in place, and keeps only the operands and the chunk states: O(L·(K + E)) plus
+O(N·K·E), never a [C, C] block per chunk.
+
+Shapes: B batch, H heads, N chunks, C chunk length, K key width, E carried channels, P steep
+chunks recomputed on the side.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+
+
+def factored_chunks(q, k, u, fwd, bwd, slots, *, entering_states, limit: float, exact_chunks):
+  """Σ_j (q_i·k_j) M_ij u_j over all keys, chunk by chunk, for per-channel decays.
+
+  Args:
+    q, k: [B, H, N, C, K] queries and keys.
+    u: [B, H, N, C, E] carried values.
+    fwd, bwd: [B, H, N, C, E] chunk-local inclusive cumsums F of the forward gates and A of
+      log λ; every chunk not in `slots` spans at most 2W.
+    slots: [P] int32 flat indices into [B·H·N] of the chunks to recompute exactly, padded with
+      B·H·N (no chunk).
+    entering_states: (totals, leaving) -> entering states, a value of `chunkwise.STATE_PASSES`.
+    limit: W, the largest |exponent| of one factor.
+    exact_chunks: (q, k, u, F, A, S→, S←) on [P, C, X] chunks and [P, K, E] entering states ->
+      ([P, C, E] outputs, ([P, K, E], [P, K, E]) forward and backward leaving states), exact for
+      any span.
+
+  Returns:
+    [B, H, N, C, E] outputs.
+  """
+  return _factored(entering_states, limit, exact_chunks, q, k, u, fwd, bwd, slots)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2))
+def _factored(entering_states, limit, exact_chunks, q, k, u, fwd, bwd, slots):
+  return _forward(entering_states, limit, exact_chunks, q, k, u, fwd, bwd, slots)[0]
+
+
+def _factors(fwd, bwd, limit):
+  """The chunk middles and the factors both passes use.
+
+  Returns:
+    middles R, R' and totals F̄, Ā ([B, H, N, E]); key-side factors e^{R − F}, e^{A − R'} and
+    query-side factors e^{F − R}, e^{R' − A} ([B, H, N, C, E]), each clipped to e^{±W}: a no-op
+    on the chunks the kernel is exact for, and finite on the steep ones it overwrites.
+  """
+  bounded = lambda x: jnp.exp(jnp.clip(x, -limit, limit))
+  middle = lambda x: 0.5 * (jnp.max(x, axis=-2) + jnp.min(x, axis=-2))  # [B, H, N, E]
+  fwd_mid, bwd_mid = middle(fwd), middle(bwd)  # R, R' (they cancel: no gradient)
+  below, above = fwd - fwd_mid[..., None, :], bwd - bwd_mid[..., None, :]  # [B, H, N, C, E]
+  return (fwd_mid, bwd_mid, fwd[..., -1, :], bwd[..., -1, :],
+          bounded(-below), bounded(above), bounded(below), bounded(-above))
+
+
+def _masks(size):
+  row = jnp.arange(size)[:, None]
+  col = jnp.arange(size)[None, :]
+  return row > col, row < col
+
+
+def _diagonal(scores):
+  """[..., C, C] -> [..., C, 1] s_rr."""
+  return jnp.sum(scores * jnp.eye(scores.shape[-1], dtype=scores.dtype), axis=-1, keepdims=True)
+
+
+def _stacked_states(entering_states, fwd_total, bwd_total, forward_leaving, backward_leaving):
+  """Both directions' entering states by one exclusive scan over chunks, stacked on the batch.
+
+  Returns:
+    [B, H, N, K, E] S→ (from the left) and S← (from the right) of each chunk.
+  """
+  batch = fwd_total.shape[0]
+  totals = jnp.concatenate([fwd_total, jnp.flip(bwd_total, 2)])  # [2B, H, N, E]
+  leaving = jnp.concatenate([forward_leaving, jnp.flip(backward_leaving, 2)])  # [2B, H, N, K, E]
+  (entering,) = entering_states(totals, (leaving,))
+  return entering[:batch], jnp.flip(entering[batch:], 2)
+
+
+def _gather(x, slots):
+  """[B, H, N, ...] -> [P, ...]: the chunks at `slots`, zeros past the end."""
+  return jnp.take(x.reshape(-1, *x.shape[3:]), slots, axis=0, mode="fill", fill_value=0)
+
+
+def _set(x, slots, values):
+  """`x` [B, H, N, ...] with the chunks at `slots` replaced (nothing written past the end)."""
+  flat = x.reshape(-1, *x.shape[3:])
+  return flat.at[slots].set(values.astype(x.dtype), mode="drop").reshape(x.shape)
+
+
+def _add(x, slots, values):
+  """`x` [B, H, N, ...] with `values` [P, ...] added at the chunks at `slots`."""
+  flat = x.reshape(-1, *x.shape[3:])
+  return flat.at[slots].add(values.astype(x.dtype), mode="drop").reshape(x.shape)
+
+
+def _forward(entering_states, limit, exact_chunks, q, k, u, fwd, bwd, slots):
+  """Outputs, and what the backward pass keeps: the operands and the entering states."""
+  fwd_mid, bwd_mid, fwd_total, bwd_total, to_left, to_right, from_left, from_right = _factors(
+      fwd, bwd, limit)
+  x, y = to_left * u, to_right * u  # [B, H, N, C, E]
+  per_chunk = lambda log_scale: jnp.exp(log_scale)[..., None, :]  # [B, H, N, 1, E], all ≤ 1
+  enter_forward, enter_backward = _entering(entering_states, limit, exact_chunks, q, k, u, fwd,
+                                            bwd, slots)
+  steep = [_gather(a, slots) for a in (q, k, u, fwd, bwd)]  # [P, C, X]
+
+  scores = jnp.einsum("bhnrk,bhnck->bhnrc", q, k)  # [B, H, N, C, C]
+  lower_mask, upper_mask = _masks(scores.shape[-1])
+  lower = (jnp.einsum("bhnrc,bhnce->bhnre", jnp.where(lower_mask, scores, 0.0), x)
+           + jnp.einsum("bhnrk,bhnke->bhnre", q, per_chunk(fwd_mid) * enter_forward))
+  upper = (jnp.einsum("bhnrc,bhnce->bhnre", jnp.where(upper_mask, scores, 0.0), y)
+           + jnp.einsum("bhnrk,bhnke->bhnre", q, per_chunk(bwd_total - bwd_mid) * enter_backward))
+  out = from_left * lower + from_right * upper + _diagonal(scores) * u
+  steep_out, _ = exact_chunks(*steep, _gather(enter_forward, slots),
+                              _gather(enter_backward, slots))
+  out = _set(out, slots, steep_out)
+  return out, (q, k, u, fwd, bwd, slots, enter_forward, enter_backward)
+
+
+def _forward_rule(entering_states, limit, exact_chunks, q, k, u, fwd, bwd, slots):
+  return _forward(entering_states, limit, exact_chunks, q, k, u, fwd, bwd, slots)
+
+
+def _backward_rule(entering_states, limit, exact_chunks, saved, grad):
+  """Gradients with respect to q, k, u, F and A from the output cotangent `grad`."""
+  q, k, u, fwd, bwd, slots, enter_forward, enter_backward = saved
+  fwd_mid, bwd_mid, fwd_total, bwd_total, to_left, to_right, from_left, from_right = _factors(
+      fwd, bwd, limit)
+  x, y = to_left * u, to_right * u
+  per_chunk = lambda log_scale: jnp.exp(log_scale)[..., None, :]
+  state_forward = per_chunk(fwd_mid) * enter_forward  # e^{R} S→
+  state_backward = per_chunk(bwd_total - bwd_mid) * enter_backward  # e^{Ā − R'} S←
+  scores = jnp.einsum("bhnrk,bhnck->bhnrc", q, k)
+  lower_mask, upper_mask = _masks(scores.shape[-1])
+  lower_scores = jnp.where(lower_mask, scores, 0.0)
+  upper_scores = jnp.where(upper_mask, scores, 0.0)
+
+  # The steep chunks' outputs came from `exact_chunks`: their cotangent goes there, and the
+  # factored products (finite, but not theirs) see zeros.
+  steep = [_gather(a, slots) for a in (q, k, u, fwd, bwd)]
+  steep_grad = _gather(grad, slots)
+  grad = _set(grad, slots, jnp.zeros_like(steep_grad))
+
+  lower_grad, upper_grad = from_left * grad, from_right * grad  # [B, H, N, C, E]
+  lower = (jnp.einsum("bhnrc,bhnce->bhnre", lower_scores, x)
+           + jnp.einsum("bhnrk,bhnke->bhnre", q, state_forward))
+  upper = (jnp.einsum("bhnrc,bhnce->bhnre", upper_scores, y)
+           + jnp.einsum("bhnrk,bhnke->bhnre", q, state_backward))
+  d_fwd = from_left * lower * grad  # through e^{F_r − R}
+  d_bwd = -(from_right * upper * grad)  # through e^{R' − A_r}
+  d_scores = (jnp.where(lower_mask, jnp.einsum("bhnre,bhnce->bhnrc", lower_grad, x), 0.0)
+              + jnp.where(upper_mask, jnp.einsum("bhnre,bhnce->bhnrc", upper_grad, y), 0.0)
+              + jnp.eye(scores.shape[-1], dtype=scores.dtype)
+              * jnp.sum(grad * u, axis=-1, keepdims=True))  # s_rr u_r
+  d_x = jnp.einsum("bhnrc,bhnre->bhnce", lower_scores, lower_grad)
+  d_y = jnp.einsum("bhnrc,bhnre->bhnce", upper_scores, upper_grad)
+  d_q = (jnp.einsum("bhnrc,bhnck->bhnrk", d_scores, k)
+         + jnp.einsum("bhnre,bhnke->bhnrk", lower_grad, state_forward)
+         + jnp.einsum("bhnre,bhnke->bhnrk", upper_grad, state_backward))
+  d_k = jnp.einsum("bhnrc,bhnrk->bhnck", d_scores, q)
+  d_u = _diagonal(scores) * grad
+  d_state_forward = jnp.einsum("bhnrk,bhnre->bhnke", q, lower_grad)  # d(e^{R} S→)
+  d_state_backward = jnp.einsum("bhnrk,bhnre->bhnke", q, upper_grad)
+  d_bwd_total = jnp.sum(state_backward * d_state_backward, axis=-2)  # through e^{Ā − R'}
+  d_enter_forward = per_chunk(fwd_mid) * d_state_forward
+  d_enter_backward = per_chunk(bwd_total - bwd_mid) * d_state_backward
+
+  # The steep chunks' outputs: their share of every gradient, entering states included.
+  _, pull_outputs = jax.vjp(lambda *a: exact_chunks(*a)[0], *steep,
+                            _gather(enter_forward, slots), _gather(enter_backward, slots))
+  steep_grads = list(pull_outputs(steep_grad))
+  d_enter_forward = _add(d_enter_forward, slots, steep_grads[5])
+  d_enter_backward = _add(d_enter_backward, slots, steep_grads[6])
+
+  # The state pass backwards: the same exclusive scan over the chunks in reverse order.
+  d_forward_leaving, d_backward_leaving, d_fwd_scan, d_bwd_scan = _states_backward(
+      entering_states, fwd_total, bwd_total, enter_forward, enter_backward, d_enter_forward,
+      d_enter_backward)
+
+  # Leaving states: the steep chunks' from `exact_chunks`, the others' from the products.
+  zero_states = jnp.zeros(steep[1].shape[:1] + enter_forward.shape[3:], u.dtype)
+  _, pull_leaving = jax.vjp(lambda *a: exact_chunks(*a, zero_states, zero_states)[1], *steep)
+  steep_d_leaving = (_gather(d_forward_leaving, slots), _gather(d_backward_leaving, slots))
+  steep_grads = [a + b for a, b in zip(steep_grads, pull_leaving(steep_d_leaving))]
+  d_forward_leaving = _set(d_forward_leaving, slots, jnp.zeros_like(steep_d_leaving[0]))
+  d_backward_leaving = _set(d_backward_leaving, slots, jnp.zeros_like(steep_d_leaving[1]))
+  forward_products = jnp.einsum("bhnck,bhnce->bhnke", k, x)  # Σ_c k_c x_cᵀ
+  backward_products = jnp.einsum("bhnck,bhnce->bhnke", k, y)
+  d_forward_products = per_chunk(fwd_total - fwd_mid) * d_forward_leaving
+  d_backward_products = per_chunk(bwd_mid) * d_backward_leaving
+  d_fwd_total = d_fwd_scan + jnp.sum(d_forward_products * forward_products, axis=-2)
+  d_bwd_total = d_bwd_total + d_bwd_scan
+  d_k = (d_k + jnp.einsum("bhnce,bhnke->bhnck", x, d_forward_products)
+         + jnp.einsum("bhnce,bhnke->bhnck", y, d_backward_products))
+  d_x = d_x + jnp.einsum("bhnck,bhnke->bhnce", k, d_forward_products)
+  d_y = d_y + jnp.einsum("bhnck,bhnke->bhnce", k, d_backward_products)
+
+  # x = e^{R − F} u, y = e^{A − R'} u.
+  d_u = d_u + to_left * d_x + to_right * d_y
+  d_fwd = d_fwd - x * d_x
+  d_bwd = d_bwd + y * d_y
+  d_fwd = d_fwd.at[..., -1, :].add(d_fwd_total)  # F̄ = F at the chunk's last token
+  d_bwd = d_bwd.at[..., -1, :].add(d_bwd_total)
+  grads = [_add(d, slots, s) for d, s in zip((d_q, d_k, d_u, d_fwd, d_bwd), steep_grads[:5])]
+  return (*grads, None)
+
+
+def _states_backward(entering_states, fwd_total, bwd_total, enter_forward, enter_backward,
+                     d_enter_forward, d_enter_backward):
+  """The state pass's gradients: with respect to each chunk's leaving states and its total.
+
+  The states obey S_{n+1} = e^{T_n} S_n + leaving_n (per direction, in scan order), so the
+  gradient with respect to leaving_n is the exclusive scan of the entering gradients taken in
+  reverse order with the same totals, and that with respect to T_n is Σ_K d_n ⊙ e^{T_n} S_n.
+
+  Returns:
+    [B, H, N, K, E] d(forward leaving), d(backward leaving) and [B, H, N, E] d F̄, d Ā.
+  """
+  batch = fwd_total.shape[0]
+  totals = jnp.concatenate([fwd_total, jnp.flip(bwd_total, 2)])  # [2B, H, N, E], scan order
+  entering = jnp.concatenate([enter_forward, jnp.flip(enter_backward, 2)])
+  d_entering = jnp.concatenate([d_enter_forward, jnp.flip(d_enter_backward, 2)])
+  (reverse,) = entering_states(jnp.flip(totals, 2), (jnp.flip(d_entering, 2),))
+  d_leaving = jnp.flip(reverse, 2)  # [2B, H, N, K, E]
+  d_totals = jnp.sum(d_leaving * jnp.exp(totals)[..., None, :] * entering, axis=-2)
+  return (d_leaving[:batch], jnp.flip(d_leaving[batch:], 2), d_totals[:batch],
+          jnp.flip(d_totals[batch:], 2))
+
+
+
+def _entering(entering_states, limit, exact_chunks, q, k, u, fwd, bwd, slots):
+  """[B, H, N, K, E] the states entering each chunk from the left and from the right.
+
+  The steep chunks' leaving states come from `exact_chunks` with zero entering states (they do
+  not depend on them).
+  """
+  fwd_mid, bwd_mid, fwd_total, bwd_total, to_left, to_right, _, _ = _factors(fwd, bwd, limit)
+  per_chunk = lambda log_scale: jnp.exp(log_scale)[..., None, :]
+  forward_leaving = per_chunk(fwd_total - fwd_mid) * jnp.einsum("bhnck,bhnce->bhnke", k,
+                                                                to_left * u)
+  backward_leaving = per_chunk(bwd_mid) * jnp.einsum("bhnck,bhnce->bhnke", k, to_right * u)
+  steep = [_gather(a, slots) for a in (q, k, u, fwd, bwd)]
+  zero_states = jnp.zeros(steep[1].shape[:1] + forward_leaving.shape[3:], u.dtype)
+  _, (steep_forward, steep_backward) = exact_chunks(*steep, zero_states, zero_states)
+  return _stacked_states(entering_states, fwd_total, bwd_total,
+                         _set(forward_leaving, slots, steep_forward),
+                         _set(backward_leaving, slots, steep_backward))
+
+
+_factored.defvjp(_forward_rule, _backward_rule)
