@@ -32,6 +32,8 @@ def _source_tree_environment():
   return env
 
 
+# 40 s on 2 cores: in `make test-all` (run it before lending a session an accelerator).
+@pytest.mark.slow
 def test_quick_run_passes_every_stage_and_writes_the_report(tmp_path):
   result = subprocess.run([sys.executable, "bench/accelerator.py", "--quick", "--out",
                            str(tmp_path)], cwd=REPO, env=_source_tree_environment(),

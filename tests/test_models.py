@@ -224,9 +224,9 @@ def test_empty_rows_are_inert_in_train_mode():
 
 
 @pytest.mark.parametrize("fields, blind", [
-    (dict(decay="lit"), True),
+    pytest.param(dict(decay="lit"), True, marks=pytest.mark.slow),  # LION-D's special case
     (dict(decay="fixed"), True),
-    (dict(decay="selective", convention="code"), True),
+    pytest.param(dict(decay="selective", convention="code"), True, marks=pytest.mark.slow),
     (dict(decay="selective"), False),
     # chunk_size back at its default: build() sets 8, a LION field S5 rejects.
     (dict(mixer="s5", ssm_size=8, ssm_blocks=2, chunk_size=64), False),
