@@ -66,9 +66,13 @@ GRID_VARIANTS: dict[str, dict[str, Any]] = {
 # with LayerNorm). Their sizes and schedules differ per task: `configs/<task>.py` passes them to
 # `get_base_config(baselines=...)`, each number with its source; a task that passes none has
 # no baseline variants.
+# The task presets set LION's chunk length (`lion_jax.config.PRESETS`); the baselines' mixers
+# read no such field, and ModelConfig wants it at its default there.
+_LION_CHUNK_AT_DEFAULT = {"model.chunk_size": ModelConfig.__dataclass_fields__["chunk_size"].default}
 BASELINE_VARIANTS: dict[str, dict[str, Any]] = {
-    "s5": {"model.mixer": "s5"},
-    "transformer": {"model.mixer": "softmax", "model.block": "transformer", "model.norm": "layer"},
+    "s5": {"model.mixer": "s5", **_LION_CHUNK_AT_DEFAULT},
+    "transformer": {"model.mixer": "softmax", "model.block": "transformer", "model.norm": "layer",
+                    **_LION_CHUNK_AT_DEFAULT},
 }
 
 

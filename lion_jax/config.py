@@ -270,20 +270,28 @@ MIXER_FIELDS: dict[str, tuple[str, ...]] = {
 }
 
 
-# S5's depth and width per LRA task (docs/design.md §3), LION-S with HiPPO decays, d_head = 64.
+# S5's depth and width per LRA task (docs/design.md §3), LION-S with HiPPO decays, d_head = 64,
+# chunks of 32: the vector kernel takes the decays LION-S has at init on Image (its wide gates
+# spread them) and after training on long ListOps at that length, where at 64 too many chunks
+# are steep and every chunk falls back to exact masks (2.2× the step on Image; at 32 ListOps
+# costs 1.14× its step at 64 with gentle decays; docs/benchmarks.md §3).
 PRESETS: dict[str, ModelConfig] = {
-    "listops": ModelConfig(d_model=128, num_layers=8, num_heads=2, activation="half_glu2"),
-    "text": ModelConfig(d_model=256, num_layers=6, num_heads=4, activation="half_glu2", dropout=0.1),
-    "retrieval": ModelConfig(d_model=128, num_layers=6, num_heads=2, activation="half_glu1"),
+    "listops": ModelConfig(chunk_size=32, d_model=128, num_layers=8, num_heads=2,
+                           activation="half_glu2"),
+    "text": ModelConfig(chunk_size=32, d_model=256, num_layers=6, num_heads=4,
+                        activation="half_glu2", dropout=0.1),
+    "retrieval": ModelConfig(chunk_size=32, d_model=128, num_layers=6, num_heads=2,
+                             activation="half_glu1"),
     # S5 feeds grayscale CIFAR normalised with mean 122.6/255 and std 61/255 to a Dense encoder.
-    "image": ModelConfig(d_model=512, num_layers=6, num_heads=8, activation="half_glu1", dropout=0.1,
-                         encoder="dense", input_mean=122.6 / 255, input_std=61 / 255,
-                         grid=(32, 32)),
-    "pathfinder": ModelConfig(d_model=192, num_layers=6, num_heads=3, activation="half_glu1",
-                              dropout=0.05, bn_momentum=0.9, encoder="dense", grid=(32, 32)),
-    "pathx": ModelConfig(d_model=128, num_layers=6, num_heads=2, activation="half_glu1",
-                         bn_momentum=0.9, encoder="dense", dt_min=1e-4, remat=True,
-                         grid=(128, 128)),
+    "image": ModelConfig(chunk_size=32, d_model=512, num_layers=6, num_heads=8,
+                         activation="half_glu1", dropout=0.1, encoder="dense",
+                         input_mean=122.6 / 255, input_std=61 / 255, grid=(32, 32)),
+    "pathfinder": ModelConfig(chunk_size=32, d_model=192, num_layers=6, num_heads=3,
+                              activation="half_glu1", dropout=0.05, bn_momentum=0.9,
+                              encoder="dense", grid=(32, 32)),
+    "pathx": ModelConfig(chunk_size=32, d_model=128, num_layers=6, num_heads=2,
+                         activation="half_glu1", bn_momentum=0.9, encoder="dense", dt_min=1e-4,
+                         remat=True, grid=(128, 128)),
 }
 
 
