@@ -4,6 +4,7 @@
   .venv/bin/python bench/layers.py --quick    # L = 1K
   .venv/bin/python bench/layers.py --fallback --lengths 4k   # vector-decay branches of chunk_scan
   .venv/bin/python bench/layers.py --preset listops          # LION against S5 at a task's presets
+  .venv/bin/python bench/layers.py --trained --chunk 32      # a trained LION-S's decays, per layer
 
 Every layer maps [B, L, d_model] -> [B, L, d_model] with its projections (q/k/v/o, or S5's
 B/C/D): `lion_jax.LionMixer` at d_model 128 with 4 heads (d_head 32) in form chunk_scan (C=64);
@@ -45,6 +46,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 import harness  # noqa: E402
+import trained_decays  # noqa: E402
 from lion_jax import LionMixer, ModelConfig, chunkwise  # noqa: E402
 from lion_jax.s5 import S5Mixer  # noqa: E402
 from lion_jax.softmax import SoftmaxMixer  # noqa: E402
@@ -242,7 +244,19 @@ def main(argv=None):
                  help="size LION and S5 as configs/<task>.py's lion_s and s5 presets")
   p.add_argument("--fallback", action="store_true",
                  help="only the LION-S vector layer, once per vector-decay branch of chunk_scan")
+  p.add_argument("--trained", nargs="?", const=str(trained_decays.FIXTURE), default="",
+                 help="time the chunk kernel of each layer of a trained LION-S state against "
+                      "its initial one, on the operands it gets from a real batch: a run folder "
+                      "or fixture (default: the committed cpu_long fixture), at --chunk")
   args = p.parse_args(argv)
+  if args.trained:
+    run = trained_decays.Run(pathlib.Path(args.trained), 1)
+    out_dir, name = harness.output_path(args, "layers_trained")
+    records = trained_decays.time_steps(run, run.steps()[:1] + run.steps()[-1:], [args.chunk],
+                                        args.repeats, kinds=("kernel",))
+    trained_decays.print_ratios(records, 0)
+    harness.write_json(name, records, out_dir, extra={"source": args.trained})
+    return
   args.with_softmax = True
   if args.preset:
     for name in ("d_model", "heads", "chunk", "ssm_size", "ssm_blocks"):

@@ -4,6 +4,7 @@
   .venv/bin/python bench/train_step.py --quick    # ListOps `runlocal` only
   .venv/bin/python bench/train_step.py --variants lion_s,s5,transformer --forms chunk_scan:64 --batch 1
   .venv/bin/python bench/train_step.py --tasks listops --preset cpu_long --batch 32 --forms chunk_scan:64
+  .venv/bin/python bench/train_step.py --trained --forms chunk_scan:32,chunk_scan:64   # trained decays
 
 `--variants` lists configs/<task>.py variants side by side (default: LION-S next to the Table 7
 baselines S5 and Transformer, each at its own task preset). LION variants run every `--forms`
@@ -38,6 +39,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 import harness  # noqa: E402
+import trained_decays  # noqa: E402
 from configs import common  # noqa: E402
 from lra import optim, steps  # noqa: E402
 from lra.tasks import get_task  # noqa: E402
@@ -183,7 +185,20 @@ def main(argv=None):
                  help="a config flag added to every variant, e.g. cpu_long: time the steps a "
                       "sweep at that preset trains (its width, depth, heads and length)")
   p.add_argument("--check-steps", type=int, default=6)
+  p.add_argument("--trained", nargs="?", const=str(trained_decays.FIXTURE), default="",
+                 help="time a trained LION-S state against its initial one instead: a run "
+                      "folder or fixture (default: the committed cpu_long fixture), at the "
+                      "chunk lengths of --forms' chunk_scan entries, on a real batch")
   args = p.parse_args(argv)
+  if args.trained:
+    run = trained_decays.Run(pathlib.Path(args.trained), 1)
+    chunks = [int(f.split(":")[1]) for f in args.forms.split(",") if f.startswith("chunk_scan")]
+    out_dir, name = harness.output_path(args, "train_step_trained")
+    records = trained_decays.time_steps(run, run.steps()[:1] + run.steps()[-1:], chunks,
+                                        args.repeats, kinds=("train_step",))
+    trained_decays.print_ratios(records, 0)
+    harness.write_json(name, records, out_dir, extra={"source": args.trained})
+    return
   out_dir, name = harness.output_path(args, "train_step")
   counter = CompileCounter()
   check = recompile_check(counter, args)

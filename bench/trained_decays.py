@@ -198,12 +198,16 @@ def diagnose(run: Run, steps_wanted, chunks):
   return results
 
 
-def time_steps(run: Run, steps_wanted, chunks, repeats: int):
-  """Kernel (per layer) and training-step times, interleaved in one process."""
+def time_steps(run: Run, steps_wanted, chunks, repeats: int, kinds=("kernel", "train_step")):
+  """Kernel (per layer) and training-step times, interleaved in one process.
+
+  Returns:
+    harness records, each with `kind`, `chunk`, `step` (and `layer` for kernels).
+  """
   cases = []
   batch = steps.shard_batch(run.batches[0], run.setup.mesh)
   for step in steps_wanted:
-    calls = capture_kernel_calls(run.model(step), run.batches[0])
+    calls = capture_kernel_calls(run.model(step), run.batches[0]) if "kernel" in kinds else []
     for chunk in chunks:
       for layer, operands in enumerate(calls):
         operands = tuple(jnp.asarray(x) for x in operands)
@@ -214,6 +218,8 @@ def time_steps(run: Run, steps_wanted, chunks, repeats: int):
         cases.append(harness.Case(f"kernel layer {layer} C={chunk} step {step}",
                                   jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4)), operands,
                                   info=dict(kind="kernel", layer=layer, chunk=chunk, step=step)))
+      if "train_step" not in kinds:
+        continue
       setup = train._setup(run.config, run.info,
                            dataclasses.replace(run.model_config, chunk_size=chunk), 1, 1)
       state = _with_model_arrays(setup.state, _model_arrays(run.state(step)))
@@ -222,6 +228,22 @@ def time_steps(run: Run, steps_wanted, chunks, repeats: int):
                                 info=dict(kind="train_step", chunk=chunk, step=step)))
   harness.run_group(cases, 20.0, repeats)
   return [harness.record(c) for c in cases]
+
+
+def print_ratios(records, base_step: int) -> None:
+  """Each timed case against the same case at `base_step`."""
+  rows = []
+  for r in records:
+    if r["step"] == base_step or "median_s" not in r:
+      continue
+    base = next(b for b in records if b["name"] == r["name"].replace(
+        f"step {r['step']}", f"step {base_step}"))
+    rows.append([r["name"], harness.fmt_ms(base["median_s"]), harness.fmt_ms(r["median_s"]),
+                 f"{r['median_s'] / base['median_s']:.2f}x", f"{r['min_s'] / base['min_s']:.2f}x",
+                 harness.fmt_bytes(r.get("temp_plus_output_bytes"))])
+  print(f"\ntrained against step {base_step}, fwd+bwd\n"
+        + harness.markdown_table(["case", f"step {base_step} ms", "trained ms", "ratio (median)",
+                                  "ratio (min)", "memory"], rows))
 
 
 def main(argv=None):
@@ -246,20 +268,8 @@ def main(argv=None):
   limit = chunkwise.factored_exponent_limit(jnp.float32)
   output = {"source": args.source, "environment": harness.environment()}
   if args.time:
-    records = time_steps(run, wanted, chunks, args.repeats)
-    rows = []
-    for r in records:
-      if r["step"] == wanted[0]:
-        continue
-      base = next(b for b in records if b["name"] == r["name"].replace(
-          f"step {r['step']}", f"step {wanted[0]}"))
-      rows.append([r["name"], harness.fmt_ms(base["median_s"]), harness.fmt_ms(r["median_s"]),
-                   f"{r['median_s'] / base['median_s']:.2f}x", f"{r['min_s'] / base['min_s']:.2f}x",
-                   harness.fmt_bytes(r.get("temp_plus_output_bytes"))])
-    print(f"\ntrained (step {wanted[1:]}) against step {wanted[0]}, fwd+bwd\n"
-          + harness.markdown_table(["case", f"step {wanted[0]} ms", "trained ms",
-                                    "ratio (median)", "ratio (min)", "memory"], rows))
-    output["timings"] = records
+    output["timings"] = time_steps(run, wanted, chunks, args.repeats)
+    print_ratios(output["timings"], wanted[0])
   else:
     results = diagnose(run, wanted, chunks)
     print(f"2W = {2 * limit:.1f}; gates raised to −W/2 = {-0.5 * limit:.1f} first")

@@ -90,7 +90,7 @@ def test_flag_is_added_only_for_jaxlib_0_10(monkeypatch, jaxlib):
 
 # Table 3's "w/o HiPPO" rows: random decays span more than 2W per chunk from the first step, so
 # their training runs a steep branch's backward pass (the exact vector fallback's segfaulted at
-# step 1; they take the halving block now). As a user runs them: lion-jax's flags, XLA's default
+# step 1; the factored kernel takes them now, with the steepest chunks recomputed on the side). As a user runs them: lion-jax's flags, XLA's default
 # optimisations. (The kernel cases above show that the kernel is safe with YNN fusions on as
 # well.)
 SMALL_DATA = ["--config.num_train_steps=3", "--config.eval_every_steps=3",
