@@ -52,10 +52,10 @@ from lion_jax.s5 import S5Mixer  # noqa: E402
 from lion_jax.softmax import SoftmaxMixer  # noqa: E402
 
 
-def lion_config(variant, d_model, heads, chunk, decay_shape):
+def lion_config(variant, d_model, heads, chunk, decay_shape, residuals="auto"):
   decay = {"LION-LIT": "lit", "LION-D": "fixed", "LION-S": "selective"}[variant]
   return ModelConfig(d_model=d_model, num_heads=heads, decay=decay, decay_shape=decay_shape,
-                     form="chunk_scan", chunk_size=chunk)
+                     form="chunk_scan", chunk_size=chunk, residuals=residuals)
 
 
 def apply_preset(args):
@@ -86,14 +86,17 @@ class ProjectionsOnly(nnx.Module):
 def make_layers(args):
   """name -> (module factory, info)."""
   layers = {}
+  all_residuals = [r for r in args.residuals.split(",") if r]
   for variant in ("LION-LIT", "LION-D", "LION-S"):
     shapes = ("scalar",) if variant == "LION-LIT" else tuple(args.lion_decays.split(","))
     for shape in shapes:
-      name = variant if shape == "scalar" else f"{variant} vector"
-      cfg = lion_config(variant, args.d_model, args.heads, args.chunk, shape)
-      layers[name] = (lambda cfg=cfg: LionMixer(cfg, rngs=nnx.Rngs(0)),
-                      dict(family="lion", variant=variant, decay_shape=shape, form="chunk_scan",
-                           chunk_size=args.chunk))
+      for residuals in all_residuals:
+        name = (variant if shape == "scalar" else f"{variant} vector") + (
+            f", {residuals}" if len(all_residuals) > 1 else "")
+        cfg = lion_config(variant, args.d_model, args.heads, args.chunk, shape, residuals)
+        layers[name] = (lambda cfg=cfg: LionMixer(cfg, rngs=nnx.Rngs(0)),
+                        dict(family="lion", variant=variant, decay_shape=shape,
+                             form="chunk_scan", chunk_size=args.chunk, residuals=residuals))
   if args.preset:
     layers["LION projections only"] = (lambda: ProjectionsOnly(args.d_model, rngs=nnx.Rngs(0)),
                                        dict(family="floor"))
@@ -236,6 +239,9 @@ def main(argv=None):
   p.add_argument("--chunk", type=int, default=64)
   p.add_argument("--lion-decays", default="scalar,vector",
                  help="decay shapes for LION-D/S (LIT has none)")
+  p.add_argument("--residuals", default="auto",
+                 help="comma list of ModelConfig.residuals values, each LION layer once per "
+                      "value: stored,recomputed compares the two chunk_scan kernels")
   p.add_argument("--ssm-size", type=int, default=256)
   p.add_argument("--ssm-blocks", type=int, default=16)
   p.add_argument("--s5-methods", default="associative,linear")

@@ -70,12 +70,15 @@ def synthetic_batch(info, seq_len, batch, seed):
           "example_mask": np.ones((batch,), bool)}
 
 
-def make_setup(config, info, form, chunk, dtype=None):
-  """The train setup of `config` with the model's form, chunk size and compute dtype replaced
-  (form and chunk size: LION only; None keeps the config's, as baselines need)."""
+def make_setup(config, info, form, chunk, dtype=None, residuals=None):
+  """The train setup of `config` with the model's form, chunk size, residuals and compute dtype
+  replaced (form, chunk size and residuals: LION only; None keeps the config's, as baselines
+  need)."""
   model_config = check_config(config)
   if form is not None:
     model_config = model_config.replace(form=form, chunk_size=chunk)
+  if residuals:
+    model_config = model_config.replace(residuals=residuals)
   if dtype:
     model_config = model_config.replace(dtype=dtype)
   tx = optim.make_optimizer(config, 1000, 100)
@@ -105,19 +108,21 @@ def attention_mask_bytes(model_config, batch, seq_len, dual):
 
 
 def step_case(task, config, info, seq_len, form, chunk, batch_size, dtype="float32",
-              mem_budget_gb=None):
+              mem_budget_gb=None, residuals=None):
   """A harness case timing one training step of `task`, or a record saying why it is skipped.
 
   Returns:
     (case, None), or (None, record) when the attention form's L×L masks alone would not fit.
   """
   lion = config.model.mixer == "lion"
-  setup, model_config = make_setup(config, info, form if lion else None, chunk, dtype)
+  setup, model_config = make_setup(config, info, form if lion else None, chunk, dtype,
+                                   residuals if lion else None)
   if not lion:
-    form, chunk = config.model.mixer, None
+    form, chunk, residuals = config.model.mixer, None, None
   label = (f"{task} {form}" + (f" C={chunk}" if form.startswith("chunk") else "")
-           + ("" if dtype == "float32" else f" {dtype}"))
+           + (f" {residuals}" if residuals else "") + ("" if dtype == "float32" else f" {dtype}"))
   info_fields = dict(task=task, form=form, chunk_size=chunk, dtype=dtype, seq_len=seq_len,
+                     residuals=model_config.residuals if lion else None,
                      mixer=model_config.mixer,
                      batch=batch_size, d_model=model_config.d_model,
                      layers=model_config.num_layers, heads=model_config.num_heads,
@@ -179,7 +184,8 @@ def main(argv=None):
   p.add_argument("--variants", "--variant", dest="variants", default="lion_s,s5,transformer",
                  help="comma-separated configs/<task>.py variants, timed side by side")
   p.add_argument("--forms", default="chunk_scan:64,chunk_scan:16,rnn:64,attention:64",
-                 help="form:chunk list")
+                 help="form:chunk[:residuals] list, e.g. chunk_scan:32:stored,"
+                      "chunk_scan:32:recomputed (residuals: the model's `residuals` field)")
   p.add_argument("--batch", type=int, default=2)
   p.add_argument("--preset", default="", choices=("", "runlocal", "cpu", "cpu_long"),
                  help="a config flag added to every variant, e.g. cpu_long: time the steps a "
@@ -204,7 +210,8 @@ def main(argv=None):
   check = recompile_check(counter, args)
   records = [dict(name="runlocal recompile check", **check)]
   tasks = [] if args.quick else [t for t in args.tasks.split(",") if t]
-  forms = [(f.split(":")[0], int(f.split(":")[1])) for f in args.forms.split(",") if f]
+  forms = [(f.split(":")[0], int(f.split(":")[1]), (f.split(":") + [None])[2])
+           for f in args.forms.split(",") if f]
 
   variants = [v for v in args.variants.split(",") if v]
 
@@ -214,9 +221,9 @@ def main(argv=None):
       config, info, seq_len = task_config(task, ",".join(filter(None, (variant, args.preset))))
       print(f"{task} {variant}: L={seq_len}{' x2' if info.dual_input else ''}, "
             f"batch {args.batch}", flush=True)
-      for form, chunk in (forms if config.model.mixer == "lion" else forms[:1]):
+      for form, chunk, residuals in (forms if config.model.mixer == "lion" else forms[:1]):
         case, skipped = step_case(task, config, info, seq_len, form, chunk, args.batch,
-                                  mem_budget_gb=args.mem_budget_gb)
+                                  mem_budget_gb=args.mem_budget_gb, residuals=residuals)
         if skipped:
           skipped.update(variant=variant, name=f"{task} {variant}" + skipped["name"].removeprefix(task))
           print(f"  {skipped['name']:<34s} skipped ({skipped['skipped']})", flush=True)
@@ -232,7 +239,8 @@ def main(argv=None):
 
   rows = []
   for r in records[1:]:
-    form = r["form"] + (f" C={r['chunk_size']}" if r["form"].startswith("chunk") else "")
+    form = (r["form"] + (f" C={r['chunk_size']}" if r["form"].startswith("chunk") else "")
+            + (f" {r['residuals']}" if r.get("residuals") else ""))
     rows.append([r["task"], r.get("variant", ""), form, f"{r['seq_len']}",
                  f"{r['examples_per_s']:.2f}" if "examples_per_s" in r else "skip",
                  harness.fmt_ms(r.get("median_s")) if "median_s" in r else "–",

@@ -30,6 +30,7 @@ import jax.numpy as jnp
 from lion_jax import chunkwise
 from lion_jax import context_parallel
 from lion_jax import masks
+from lion_jax import recomputed
 from lion_jax import recurrent
 from lion_jax.options import check_choice, str_enum
 
@@ -50,6 +51,22 @@ def resolve_form(form: str | LionForm, length: int, chunk_size: int) -> LionForm
   if form is LionForm.AUTO:
     return LionForm.ATTENTION if length <= chunk_size else LionForm.CHUNK_SCAN
   return form
+
+
+def resolve_residuals(residuals: str, length: int) -> str:
+  """The concrete residuals ("stored" or "recomputed") of a "chunk_scan" call over L tokens.
+
+  "auto" recomputes rows longer than the longest segment (`recomputed.SEGMENT_MAX`, 512
+  tokens), every LRA preset's: there the stored kernel makes a training step plan 2.9–3.3× the
+  memory for 0.87–1.0× the time (docs/benchmarks.md §10). Shorter rows, one segment each, keep
+  the stored kernel, whose residuals are small there and which compiles faster. `model.remat`
+  (`jax.checkpoint` around each block) is no substitute on XLA:CPU, which plans no less with
+  it; on GPU and TPU the two combine (remat keeps the block inputs, this the kernel's).
+  """
+  residuals = check_choice("residuals", residuals)
+  if residuals != "auto":
+    return residuals
+  return "recomputed" if length > recomputed.SEGMENT_MAX else "stored"
 
 
 def per_token_log_decay(log_decay, batch: int, length: int, heads: int, value_dim: int, dtype):
@@ -89,7 +106,8 @@ def per_token_log_decay(log_decay, batch: int, length: int, heads: int, value_di
 def lion_attention(q, k, v, log_decay=None, *, form: str | LionForm = "auto",
                    convention: str = "symmetric", normalize: str | Normalize = "after",
                    key_mask=None, chunk_size: int = 64, eps: float = 1e-6,
-                   sequence_axis: str | None = None, state_pass: str = "auto"):
+                   sequence_axis: str | None = None, state_pass: str = "auto",
+                   residuals: str = "auto"):
   """Bidirectional LION attention.
 
   Args:
@@ -111,6 +129,10 @@ def lion_attention(q, k, v, log_decay=None, *, form: str | LionForm = "auto",
     state_pass: how "chunk_scan" passes states between chunks: "scan", "associative" (log
       depth, for accelerators) or "auto" (`chunkwise.resolve_state_pass`); the values are the
       same. Also each shard's kernel under `sequence_axis`. Other forms ignore it.
+    residuals: what "chunk_scan" keeps for the backward pass: "stored" (chunk blocks, states
+      and normalisers: the fastest), "recomputed" (only the inputs; the kernel runs segment by
+      segment and again in the backward pass, `lion_jax.recomputed`) or "auto"
+      (`resolve_residuals`). The values are the same. Other forms ignore it.
 
   Returns:
     [B, L, H, V] outputs in the dtype of `v`. Decays, cumulative sums, normalisers and states
@@ -130,6 +152,7 @@ def lion_attention(q, k, v, log_decay=None, *, form: str | LionForm = "auto",
   normalize = Normalize(check_choice("normalize", normalize))
   check_choice("convention", convention)
   check_choice("state_pass", state_pass)
+  residuals = check_choice("residuals", residuals)
   _check_numbers(chunk_size, eps)
   if sequence_axis is not None and LionForm(check_choice("form", form)) is LionForm.AUTO:
     form = LionForm.CHUNK_SCAN  # at any L: the full form cannot be split over devices
@@ -140,14 +163,23 @@ def lion_attention(q, k, v, log_decay=None, *, form: str | LionForm = "auto",
   out_dtype = v.dtype
   dtype = jnp.promote_types(jnp.promote_types(q.dtype, v.dtype), jnp.float32)
   q, k, v = (x.astype(dtype) for x in (q, k, v))
+  given_log_decay = None if log_decay is None else jnp.asarray(log_decay, dtype)
+  log_decay = per_token_log_decay(log_decay, batch, length, heads, value_dim, dtype)
+  if (form is LionForm.CHUNK_SCAN and sequence_axis is None
+      and resolve_residuals(residuals, length) == "recomputed"):
+    # Fixed decays stay [H] or [H, V]: what the backward pass keeps is what was passed.
+    out = recomputed.recomputed_chunk_scan(
+        q, k, v, given_log_decay, key_mask, convention=check_choice("convention", convention),
+        normalize=normalize.value, chunk_size=chunk_size, eps=eps,
+        state_pass=check_choice("state_pass", state_pass))
+    return out.astype(out_dtype)
   if key_mask is not None:
     k = k * key_mask[:, :, None, None].astype(dtype)
-  log_decay = per_token_log_decay(log_decay, batch, length, heads, value_dim, dtype)
 
   if sequence_axis is not None:
-    numerator, denominator = _context_parallel_chunk_scan(q, k, v, log_decay, convention,
-                                                          normalize, chunk_size, sequence_axis,
-                                                          state_pass)
+    numerator, denominator = _context_parallel_chunk_scan(
+        q, k, v, log_decay, convention, normalize, chunk_size, sequence_axis, state_pass,
+        resolve_residuals(residuals, length))
   elif form in (LionForm.ATTENTION, LionForm.CHUNK, LionForm.CHUNK_SCAN):
     evaluate = {LionForm.ATTENTION: _attention, LionForm.CHUNK: _chunked_queries,
                 LionForm.CHUNK_SCAN: functools.partial(_chunk_scan, state_pass=state_pass)}[form]
@@ -228,11 +260,11 @@ def _chunk_scan(q, k, v, log_decay, convention, normalize, chunk_size, state_pas
 
 
 def _context_parallel_chunk_scan(q, k, v, log_decay, convention, normalize, chunk_size, axis,
-                                 state_pass):
+                                 state_pass, residuals):
   """Numerator and decayed normaliser with the sequence split over mesh axis `axis`."""
   scan = lambda u, log_decay: context_parallel.context_parallel_chunk_scan(
       q, k, u, log_decay, convention=convention, chunk_size=chunk_size, sequence_axis=axis,
-      state_pass=state_pass)
+      state_pass=state_pass, residuals=residuals)
   if normalize is not Normalize.AFTER:
     return scan(v, log_decay), None
   carried, (log_decay,) = _with_unit_values(v, log_decay)

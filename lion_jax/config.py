@@ -113,6 +113,10 @@ class ModelConfig:
   # How "chunk_scan" passes states between chunks: "scan", "associative" (log depth) or "auto"
   # (the backend's default, `chunkwise.resolve_state_pass`).
   state_pass: str = "auto"
+  # What "chunk_scan" keeps for its backward pass: "stored" (blocks, states, normalisers),
+  # "recomputed" (its inputs only; the kernel runs again segment by segment in the backward
+  # pass, `lion_jax.recomputed`) or "auto" (`attention.resolve_residuals`). The same values.
+  residuals: str = "auto"
   # jax.checkpoint each block (long sequences: recompute activations in the backward pass).
   remat: bool = False
   # Compute dtype of the dense layers, embeddings and residual stream ("bfloat16" is a GPU option;
@@ -264,7 +268,7 @@ MIXER_FIELDS: dict[str, tuple[str, ...]] = {
     "lion": ("feature_map", "key_dim", "decay", "decay_shape", "decay_param", "selective_mode",
              "selective_bias_init", "fixed_gate", "selective_init_std", "qk_init_std",
              "decay_init", "v_init", "normalize", "convention", "output_proj", "eps", "form",
-             "chunk_size", "scan_order", "sequence_axis", "state_pass"),
+             "chunk_size", "scan_order", "sequence_axis", "state_pass", "residuals"),
     "s5": ("ssm_size", "ssm_blocks", "conj_sym", "clip_eigs", "c_init", "dt_global", "ssm_scan"),
     "softmax": ("attention_dim",),
 }

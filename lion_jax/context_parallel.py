@@ -38,6 +38,7 @@ from jax.sharding import PartitionSpec
 
 from lion_jax import chunkwise
 from lion_jax import masks
+from lion_jax import recomputed
 
 
 def check_sequence_axis(sequence_axis: str, form: str) -> int:
@@ -66,7 +67,8 @@ def check_sequence_axis(sequence_axis: str, form: str) -> int:
 
 
 def context_parallel_chunk_scan(q, k, u, log_decay, *, convention: str, chunk_size: int,
-                                sequence_axis: str, state_pass: str = "auto"):
+                                sequence_axis: str, state_pass: str = "auto",
+                                residuals: str = "stored"):
   """Σ_j (q_i·k_j) M_ij u_j over all keys, with the sequence split over `sequence_axis`.
 
   Called on global arrays under a mesh (`jax.set_mesh`) that has `sequence_axis`; the other
@@ -83,6 +85,8 @@ def context_parallel_chunk_scan(q, k, u, log_decay, *, convention: str, chunk_si
     sequence_axis: the mesh axis the sequence is split over.
     state_pass: how each shard's chunk kernel passes states between its chunks
       (`chunkwise.bidirectional_chunk_scan`).
+    residuals: "stored" or "recomputed": what each shard's chunk kernel keeps for the backward
+      pass (`lion_jax.recomputed`).
 
   Returns:
     [B, L, H, E], equal to `chunkwise.bidirectional_chunk_scan` with the gate of `convention`.
@@ -95,7 +99,8 @@ def context_parallel_chunk_scan(q, k, u, log_decay, *, convention: str, chunk_si
 
   def local(q, k, u, log_decay):
     return shard_chunk_scan(q, k, u, log_decay, convention=convention, chunk_size=chunk_size,
-                            axis_name=sequence_axis, state_pass=state_pass)
+                            axis_name=sequence_axis, state_pass=state_pass,
+                            residuals=residuals)
 
   # check_vma=False: the chunk kernel's scans start from fresh zero states, which the
   # varying-manual-axes check would ask to be cast to "varying" first. Under `jit` also when
@@ -106,14 +111,14 @@ def context_parallel_chunk_scan(q, k, u, log_decay, *, convention: str, chunk_si
 
 
 def shard_chunk_scan(q, k, u, log_decay, *, convention: str, chunk_size: int, axis_name: str,
-                     state_pass: str = "auto"):
+                     state_pass: str = "auto", residuals: str = "stored"):
   """One shard's outputs over all keys of all shards; call inside `shard_map` over `axis_name`.
 
   Args:
     q, k: [B, S, H, K] this shard's queries and keys.
     u: [B, S, H, E] this shard's carried values.
     log_decay: [B, S, H, G] this shard's log λ.
-    convention, chunk_size, state_pass: as in `context_parallel_chunk_scan`.
+    convention, chunk_size, state_pass, residuals: as in `context_parallel_chunk_scan`.
     axis_name: the bound mesh axis the sequence is split over (shard s holds tokens
       s·S … s·S + S − 1).
 
@@ -140,12 +145,19 @@ def shard_chunk_scan(q, k, u, log_decay, *, convention: str, chunk_size: int, ax
   no_queries = jnp.zeros_like(unit_keys)
   no_decay = jnp.zeros((batch, key_dim) + log_decay.shape[2:], log_decay.dtype)  # [B, K, H, G]
   around = lambda left, x, right: jnp.concatenate([left, x, right], axis=1)  # [B, K+S+K, H, X]
-  out, _ = chunkwise.bidirectional_chunk_scan(
-      around(no_queries, q, no_queries), around(unit_keys, k, unit_keys),
-      around(rows(enter_forward), u, rows(enter_backward)),
-      around(no_decay, inner_gate.at[:, 0].set(boundary[shard]), no_decay),
-      around(no_decay, log_decay, no_decay), chunk_size,
-      state_pass=state_pass, branch_axis=axis_name)  # [B, K+S+K, H, E]
+  operands = (around(no_queries, q, no_queries), around(unit_keys, k, unit_keys),
+              around(rows(enter_forward), u, rows(enter_backward)),
+              around(no_decay, inner_gate.at[:, 0].set(boundary[shard]), no_decay),
+              around(no_decay, log_decay, no_decay))  # [B, K+S+K, H, X]
+  if residuals == "recomputed":
+    per_token = lambda gate: gate[..., 0] if gate.shape[-1] != u.shape[-1] else gate  # G = 1
+    out = recomputed.recomputed_chunk_scan(
+        *operands[:3], per_token(operands[4]), None, convention="symmetric", normalize="none",
+        chunk_size=chunk_size, eps=0.0, state_pass=state_pass,
+        forward_gate=per_token(operands[3]), branch_axis=axis_name)
+  else:
+    out, _ = chunkwise.bidirectional_chunk_scan(*operands, chunk_size, state_pass=state_pass,
+                                                branch_axis=axis_name)
   return out[:, key_dim:key_dim + length]
 
 

@@ -155,7 +155,8 @@ def grid_lion_attention(q, k, v, log_decays: Sequence, *, grid=None,
                         scan_order: str | ScanOrder = "snake", form: str = "auto",
                         convention: str = "symmetric", normalize: str | Normalize = "after",
                         key_mask=None, chunk_size: int = 64, eps: float = 1e-6,
-                        sequence_axis: str | None = None, state_pass: str = "auto"):
+                        sequence_axis: str | None = None, state_pass: str = "auto",
+                        residuals: str = "auto"):
   """LION attention whose decays run along scan orders of an H×W grid (module docstring).
 
   Args:
@@ -168,8 +169,8 @@ def grid_lion_attention(q, k, v, log_decays: Sequence, *, grid=None,
     grid: (H, W) with H·W = L, the image the tokens were flattened from row by row. "raster"
       ignores it.
     scan_order: "raster", "snake" or "snake_outputs".
-    form, convention, normalize, chunk_size, eps, state_pass: as in `lion_attention`, applied
-      to every scan.
+    form, convention, normalize, chunk_size, eps, state_pass, residuals: as in
+      `lion_attention`, applied to every scan.
     key_mask: [B, L] bool at raster positions; a key where it is False enters no sum in any scan.
     sequence_axis: as in `lion_attention`; only "raster" can split its sequence over devices.
 
@@ -190,7 +191,8 @@ def grid_lion_attention(q, k, v, log_decays: Sequence, *, grid=None,
     raise ValueError(f"scan_order={scan_order.value!r} takes log_decays as a list or tuple of "
                      f"{len(scans)}, one per scan ({', '.join(s.order.__name__ for s in scans)}); "
                      f"got {got}.")
-  options = dict(form=form, convention=convention, chunk_size=chunk_size, state_pass=state_pass)
+  options = dict(form=form, convention=convention, chunk_size=chunk_size, state_pass=state_pass,
+                 residuals=residuals)
   if scan_order is ScanOrder.RASTER:
     options["sequence_axis"] = sequence_axis  # the grid is not used (nor checked: any L runs)
     return lion_attention(q, k, v, log_decays[0], normalize=normalize, key_mask=key_mask, eps=eps,

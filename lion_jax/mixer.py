@@ -30,6 +30,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from lion_jax import decay as decay_lib
+from lion_jax.attention import resolve_residuals
 from lion_jax.config import ModelConfig
 from lion_jax.options import describe
 from lion_jax.grid_order import grid_lion_attention, num_scans
@@ -145,7 +146,10 @@ class LionMixer(nnx.Module):
       # The gate is a plain parameter in the graph: gradients reach W (unlike the official
       # image code, which detaches it; docs/math.md §5).
       logits = logits.astype(jnp.promote_types(logits.dtype, jnp.float32))  # bf16 -> f32, f64 stays
-      out = decay_lib.selective_log_decay(base, logits, config.selective_mode)
+      gate = decay_lib.selective_log_decay
+      if resolve_residuals(config.residuals, length) == "recomputed":
+        gate = jax.checkpoint(gate, static_argnums=(2,))  # keeps the logits only
+      out = gate(base, logits, config.selective_mode)
     elif decay_gate is not None:  # LION-D's gate: the log_additive form with z = b, no input
       out = decay_lib.selective_log_decay(base, decay_gate[...], "log_additive")  # [H, G]
     else:
@@ -167,8 +171,13 @@ class LionMixer(nnx.Module):
     config = self.config
     batch, length, _ = x.shape
     h, k, v = config.num_heads, config.qk_dim, config.head_dim
-    q = feature_map(self.q_proj(x).reshape(batch, length, h, k), config.feature_map)  # [B, L, H, K]
-    key = feature_map(self.k_proj(x).reshape(batch, length, h, k), config.feature_map)  # [B, L, H, K]
+    phi = feature_map
+    if resolve_residuals(config.residuals, length) == "recomputed":
+      # The attention keeps only its inputs; φ's and the gate's intermediates are recomputed
+      # too (elementwise), so that the layer keeps its projections' outputs and nothing else.
+      phi = jax.checkpoint(feature_map, static_argnums=(1,))
+    q = phi(self.q_proj(x).reshape(batch, length, h, k), config.feature_map)  # [B, L, H, K]
+    key = phi(self.k_proj(x).reshape(batch, length, h, k), config.feature_map)  # [B, L, H, K]
     value = self.v_proj(x).reshape(batch, length, h, v)  # [B, L, H, V]
     y = grid_lion_attention(q, key, value, self.scan_log_decays(x), grid=config.grid,
                             scan_order=config.scan_order,
@@ -177,7 +186,7 @@ class LionMixer(nnx.Module):
                             key_mask=mask,
                             chunk_size=config.chunk_size if chunk_size is None else chunk_size,
                             eps=config.eps, sequence_axis=config.sequence_axis,
-                            state_pass=config.state_pass
+                            state_pass=config.state_pass, residuals=config.residuals
                             )  # [B, L, H, V]; lion_attention for scan_order="raster"
     y = y.reshape(batch, length, h * v)  # [B, L, M]
     return self.out_proj(y) if self.out_proj is not None else y

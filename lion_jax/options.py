@@ -43,6 +43,8 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "c_init": ("lecun_normal", "trunc_standard_normal", "complex_normal"),
     # How `chunk_scan` passes states between chunks (`chunkwise.resolve_state_pass`).
     "state_pass": ("auto", "scan", "associative"),
+    # What `chunk_scan` keeps for its backward pass (`lion_jax.recomputed`, `resolve_residuals`).
+    "residuals": ("auto", "stored", "recomputed"),
 }
 
 

@@ -46,6 +46,7 @@ MAY_CHANGE_ON_RESUME: dict[str, str] = {
     "model.form": "the training form: every form computes the same function",
     "model.chunk_size": "the chunk length of the chunked forms: the same function",
     "model.state_pass": "how chunk_scan passes states: the same function",
+    "model.residuals": "what chunk_scan keeps for the backward pass: the same gradients",
     "model.remat": "whether blocks recompute activations: the same gradients",
 }
 

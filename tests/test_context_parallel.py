@@ -69,15 +69,21 @@ SCRIPT = textwrap.dedent("""
       print("outputs OK", shards)
 
     # Gradients (float64) equal those of the full form, which the unsharded tests check
-    # against finite differences; "code" shifts the forward gate across shard boundaries.
+    # against finite differences; "code" shifts the forward gate across shard boundaries. Each
+    # shard's kernel stores its residuals, or recomputes them in segments of one chunk.
+    from lion_jax import recomputed
+    recomputed.SEGMENT_MIN, recomputed.SEGMENT_MAX = 1, CHUNK
     mesh = Mesh(np.asarray(jax.devices()), ("seq",))
-    for decay_kind, convention in (("selective", "code"), ("selective_vector", "symmetric")):
+    for decay_kind, convention, residuals in (("selective", "code", "stored"),
+                                              ("selective_vector", "symmetric", "stored"),
+                                              ("selective_vector", "code", "recomputed")):
       q, k, v, log_decay, key_mask = make_inputs(29, decay_kind, seed=3)
       weights = np.random.default_rng(4).normal(size=v.shape)
 
       def loss(form, axis, q, k, v, log_decay):
         out = lion_attention(q, k, v, log_decay, form=form, convention=convention,
-                             key_mask=key_mask, chunk_size=CHUNK, sequence_axis=axis)
+                             key_mask=key_mask, chunk_size=CHUNK, sequence_axis=axis,
+                             residuals=residuals)
         return jnp.sum(out * weights)
 
       with jax.enable_x64(True), jax.set_mesh(mesh):
@@ -87,7 +93,7 @@ SCRIPT = textwrap.dedent("""
                                argnums=(0, 1, 2, 3)))(*args)
       for name, g, e in zip("q k v log_decay".split(), got, expected):
         np.testing.assert_allclose(g, e, rtol=1e-9, atol=1e-10,
-                                   err_msg=f"{decay_kind} {convention} d/d{name}")
+                                   err_msg=f"{decay_kind} {convention} {residuals} d/d{name}")
     print("gradients OK")
 
     # The sequence on "seq" and the batch on "data" of a 2 × 4 mesh: XLA partitions the batch.

@@ -181,6 +181,22 @@ def test_resume_after_interruption_matches_an_uninterrupted_run(finished_run, da
   assert again["test_accuracy"] == full["test_accuracy"] and again["compiles"]["train_step"] == 0
 
 
+def test_the_recomputing_kernel_trains_the_same_run(finished_run, data_dir, tmp_path,
+                                                    monkeypatch):
+  """`model.residuals="recomputed"` (here in segments of one chunk) changes what the backward
+  pass keeps, not what it computes: the same run to float32 rounding."""
+  config, full_dir, full = finished_run
+  from lion_jax import recomputed
+  monkeypatch.setattr(recomputed, "SEGMENT_MAX", 8)
+  recomputing = tiny_config(data_dir, **{"model.residuals": "recomputed"})
+  got = train.train_and_evaluate(recomputing, str(tmp_path), progress=False)
+  for key in ("best_val_accuracy", "test_accuracy", "best_step", "num_params"):
+    assert got[key] == full[key], key
+  np.testing.assert_allclose(got["test_loss"], full["test_loss"], rtol=1e-4)
+  for a, b in zip(params_of(tmp_path, recomputing), params_of(full_dir, config)):
+    np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-5)
+
+
 def test_a_run_with_checkpoints_resumes_only_with_the_config_it_was_trained_with(finished_run):
   # A default that changed since the run started (here: positions), or a field changed by hand
   # (the learning rate, the number of steps), must not slip silently into the run a checkpoint is
