@@ -498,6 +498,49 @@ def stage_train_step(run: StageRun) -> None:
   run.payload["passed"] = any("median_s" in r for r in run.payload.get("results", []))
 
 
+# --- stage: memory ----------------------------------------------------------------------------
+
+# Path-X first: its paper batch is the one that does not fit an 80 GB device with stored residuals.
+MEMORY_TASKS = ("pathx", "listops", "image", "text", "retrieval", "pathfinder")
+# (variant, chunk_scan's residuals, model.remat) per task, compiled, not run.
+MEMORY_CASES = (("lion_s", "stored", False), ("lion_s", "recomputed", False),
+                ("lion_s", "stored", True), ("lion_s", "recomputed", True), ("s5", None, False))
+
+
+def stage_memory(run: StageRun) -> None:
+  """XLA's plan (temp + output bytes) of one training step per LRA preset at its (the paper's)
+  batch size, compiled and not run: LION-S with chunk_scan's residuals stored and recomputed,
+  each without and with `model.remat`, and S5. On the CPU, remat lowers no plan
+  (docs/benchmarks.md §10); this records what a GPU's scheduler makes of both."""
+  harness = _import_bench()
+  if run.quick:
+    _quick_compiles()
+  import train_step  # pylint: disable=import-outside-toplevel
+  tasks = ("listops",) if run.quick else MEMORY_TASKS
+  for task in tasks:
+    for variant, residuals, remat in MEMORY_CASES:
+      name = f"{task} {variant} {residuals or ''} remat={remat}"
+      if run.left() < 5:
+        run.add("results", dict(name=name, task=task, variant=variant, residuals=residuals,
+                                remat=remat, skipped="stage time budget"))
+        continue
+      config, info, seq_len = train_step.task_config(
+          task, variant + (",runlocal" if run.quick else ""))
+      config.model.remat = remat
+      case, _ = train_step.step_case(task, config, info, seq_len, "chunk_scan", 32,
+                                     config.batch_size, residuals=residuals)
+      try:
+        harness.compile_case(case)
+      except Exception as error:  # pylint: disable=broad-except
+        case.result["skipped"] = f"compile failed: {type(error).__name__}: {str(error)[:200]}"
+      case.compiled = None
+      record = harness.record(case) | dict(variant=variant, remat=remat)
+      run.add("results", record)
+      print(f"  {name}: {harness.fmt_bytes(record.get('temp_plus_output_bytes'))}", flush=True)
+  run.payload["passed"] = any("temp_plus_output_bytes" in r
+                              for r in run.payload.get("results", []))
+
+
 # --- stage: train -----------------------------------------------------------------------------
 
 def train_config(quick: bool, data_dir: str):
@@ -556,13 +599,14 @@ class Stage:
   about: str
 
 
-# The default budgets sum to 460 s: with the report, under 8 minutes. The --quick ones are
+# The default budgets sum to 520 s: with the report, under 9 minutes. The --quick ones are
 # caps for a loaded CPU (a quiet 2-core machine needs about a minute in all), not targets.
 STAGES: dict[str, Stage] = {
     "env": Stage(stage_env, 30, 40, "device, versions, matmul rate"),
     "correctness": Stage(stage_correctness, 90, 120, "every form vs float64, fwd and grad"),
     "forms": Stage(stage_forms, 130, 90, "forms fwd+bwd at L = 1K..64K, XLA memory"),
     "train_step": Stage(stage_train_step, 110, 90, "one LRA train step per preset"),
+    "memory": Stage(stage_memory, 60, 90, "each preset's step plan: residuals stored/recomputed"),
     "train": Stage(stage_train, 100, 120, "short ListOps run, accuracy curve"),
 }
 
@@ -822,6 +866,16 @@ def markdown(report: dict[str, Any]) -> str:
                     _ms(r.get("median_s")),
                     f"{r['lower_s'] + r['compile_s']:.1f}" if "compile_s" in r else "–",
                     _bytes(r.get("temp_plus_output_bytes"))] for r in steps["results"]]), ""]
+  memory = stages.get("memory", {})
+  if memory.get("results"):
+    lines += ["## Memory plan of one training step per preset", "",
+              "XLA's temp + output bytes, compiled and not run, at each preset's batch size; "
+              "LION-S at C = 32 with chunk_scan's residuals stored or recomputed.", "", _table(
+                  ["task", "model", "L", "batch", "residuals", "remat", "temp+output"],
+                  [[r["task"], r.get("variant"), r.get("seq_len", "–"), r.get("batch", "–"),
+                    r.get("residuals") or "–", "yes" if r.get("remat") else "no",
+                    _bytes(r.get("temp_plus_output_bytes")) if "temp_plus_output_bytes" in r
+                    else _why(r)] for r in memory["results"]]), ""]
   train = stages.get("train", {})
   if train.get("curve") or train.get("results"):
     results = train.get("results", {})

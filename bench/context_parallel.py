@@ -79,7 +79,8 @@ def layer_case(length: int, devices: int, args, *, with_values: bool = True) -> 
   """The layer's forward + backward on [1, L, d_model], the sequence split over `devices`."""
   config = ModelConfig(d_model=args.d_model, num_heads=args.heads, decay="selective",
                        decay_shape=args.decay_shape, form="chunk_scan", chunk_size=args.chunk,
-                       sequence_axis=None if devices == 1 else "seq")
+                       sequence_axis=None if devices == 1 else "seq",
+                       residuals=args.residuals)
   graphdef, params = nnx.split(LionMixer(config, rngs=nnx.Rngs(0)))
   mesh = Mesh(np.asarray(jax.devices()[:devices]), ("seq",))
   split = NamedSharding(mesh, PartitionSpec(None, "seq"))
@@ -100,7 +101,8 @@ def layer_case(length: int, devices: int, args, *, with_values: bool = True) -> 
       (params, x, cotangent),
       info=dict(length=length, devices=devices, per_device_length=length // devices,
                 d_model=args.d_model, heads=args.heads, chunk=args.chunk, batch=1,
-                variant="LION-S", decay_shape=args.decay_shape, pass_="fwd+bwd"))
+                variant="LION-S", decay_shape=args.decay_shape, residuals=args.residuals,
+                pass_="fwd+bwd"))
 
 
 def scaling(args) -> list[dict]:
@@ -155,20 +157,30 @@ def main(argv=None):
                       help="tokens per device in part 1 (default 4096; 1024 with --quick)")
   parser.add_argument("--max-length", type=int, default=None,
                       help="largest L tried in part 3 (default 2M; 64K with --quick)")
+  parser.add_argument("--residuals", default="auto", choices=("auto", "stored", "recomputed"),
+                      help="what each layer's chunk_scan keeps for the backward pass "
+                           "(ModelConfig.residuals)")
+  parser.add_argument("--parts", default="1,2,3", help="which parts to run, e.g. 3")
   args = parser.parse_args(argv)
   args.per_device = args.per_device or (1024 if args.quick else 4096)
   args.max_length = args.max_length or (65536 if args.quick else 2 ** 21)
   lengths = harness.lengths_from_args(args, [2048, 16384], [4096, 16384, 65536, 262144])
   out_dir, name = harness.output_path(args, "context_parallel")
   name += "" if args.decay_shape == "vector" else f"_{args.decay_shape}"
+  name += "" if args.residuals == "auto" else f"_{args.residuals}"
   assert jax.device_count() == 8, jax.devices()
+  parts = set(args.parts.split(","))
 
-  print(f"1. per-device L = {args.per_device} on {DEVICE_COUNTS} devices (fwd+bwd)", flush=True)
-  records = scaling(args)
-  print("2. collective bytes per layer at 8 devices", flush=True)
-  records += traffic(args, lengths)
-  print(f"3. longest L within {args.mem_budget_gb} GB per device", flush=True)
-  records += longest(args, 1) + longest(args, 8)
+  records = []
+  if "1" in parts:
+    print(f"1. per-device L = {args.per_device} on {DEVICE_COUNTS} devices (fwd+bwd)", flush=True)
+    records += scaling(args)
+  if "2" in parts:
+    print("2. collective bytes per layer at 8 devices", flush=True)
+    records += traffic(args, lengths)
+  if "3" in parts:
+    print(f"3. longest L within {args.mem_budget_gb} GB per device", flush=True)
+    records += longest(args, 1) + longest(args, 8)
 
   print(harness.markdown_table(
       ["devices", "L", "per-device L", "per-device temp+output", "fwd+bwd median"],

@@ -28,6 +28,7 @@ Shapes follow the legend in `lion_jax.masks`; additionally P = segments, S = seg
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -44,12 +45,13 @@ SEGMENT_MIN, SEGMENT_MAX = 128, 512
 
 
 def segment_length(batch: int, length: int, chunk: int) -> int:
-  """S: a multiple of `chunk` that divides the chunk-padded length, the longest within
-  clip(SEGMENT_TOKENS / batch, SEGMENT_MIN, SEGMENT_MAX) tokens (at least one chunk)."""
+  """S: the multiple of `chunk` nearest below clip(SEGMENT_TOKENS / batch, SEGMENT_MIN,
+  SEGMENT_MAX) tokens (at least one chunk, at most the chunk-padded row). The row is padded to
+  a multiple of S with zero keys: at most S − C tokens, where a divisor of an awkward length
+  (Retrieval's 4000 = 125 chunks of 32) could force segments of a single chunk."""
   num_chunks = -(-length // chunk)
   target = min(max(SEGMENT_TOKENS // max(batch, 1), SEGMENT_MIN), SEGMENT_MAX)
-  fits = [n for n in range(1, num_chunks + 1) if num_chunks % n == 0 and n * chunk <= target]
-  return chunk * max(fits, default=1)
+  return chunk * min(max(target // chunk, 1), num_chunks)
 
 
 def recomputed_chunk_scan(q, k, v, log_decay, key_mask, *, convention: str, normalize: str,
@@ -74,7 +76,7 @@ def recomputed_chunk_scan(q, k, v, log_decay, key_mask, *, convention: str, norm
   batch, length, heads, _ = q.shape
   chunk = max(1, min(chunk_size, length))
   segment = segment_length(batch, length, chunk)
-  padded_length = -(-length // chunk) * chunk
+  padded_length = -(-length // segment) * segment
   per_token = log_decay is not None and log_decay.ndim >= 3
   if forward_gate is None and per_token and convention == "code":
     # The forward gate at a segment's first token is the previous segment's last decay.
@@ -100,22 +102,17 @@ def _pad_tokens(x, pad):
   return jnp.pad(x, [(0, 0), (0, pad)] + [(0, 0)] * (x.ndim - 2))
 
 
-class _Options(tuple):
-  """Hashable static options of `_recomputed` (a custom_vjp's non-differentiable argument)."""
+class _Options(NamedTuple):
+  """The static options of `_recomputed` (a custom_vjp's non-differentiable, hashable argument)."""
 
-  def __new__(cls, convention, normalize, chunk, eps, state_pass, segment, segments,
-              branch_axis):
-    return super().__new__(cls, (convention, normalize, chunk, eps, state_pass, segment,
-                                 segments, branch_axis))
-
-  convention = property(lambda self: self[0])
-  normalize = property(lambda self: self[1])
-  chunk = property(lambda self: self[2])
-  eps = property(lambda self: self[3])
-  state_pass = property(lambda self: self[4])
-  segment = property(lambda self: self[5])
-  segments = property(lambda self: self[6])
-  branch_axis = property(lambda self: self[7])
+  convention: str
+  normalize: str
+  chunk: int  # C
+  eps: float
+  state_pass: str
+  segment: int  # S
+  segments: int  # P
+  branch_axis: str | None
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))

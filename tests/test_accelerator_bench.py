@@ -21,7 +21,7 @@ sys.path.insert(0, str(REPO / "bench"))
 import accelerator  # noqa: E402  (bench/ is no package: its scripts import each other by name)
 import harness  # noqa: E402
 
-STAGES = ["env", "correctness", "forms", "train_step", "train"]
+STAGES = ["env", "correctness", "forms", "train_step", "memory", "train"]
 
 
 def _source_tree_environment():
@@ -58,6 +58,9 @@ def test_quick_run_passes_every_stage_and_writes_the_report(tmp_path):
   assert all(r["temp_plus_output_bytes"] > 0 for r in timed)
   assert all(r["examples_per_s"] > 0 for r in stages["train_step"]["results"])
   assert [r["variant"] for r in stages["train_step"]["results"]] == ["lion_s", "s5", "transformer"]
+  plans = {(r["variant"], r["residuals"], r["remat"]): r["temp_plus_output_bytes"]
+           for r in stages["memory"]["results"]}
+  assert len(plans) == len(accelerator.MEMORY_CASES) and all(b > 0 for b in plans.values())
   assert [r["step"] for r in stages["train"]["curve"] if "eval_accuracy" in r] == [3, 6]
   assert 0.0 <= stages["train"]["results"]["test_accuracy"] <= 1.0
 

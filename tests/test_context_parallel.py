@@ -127,7 +127,10 @@ SCRIPT = textwrap.dedent("""
     # A Retrieval-style model (two documents per example, BatchNorm batch statistics, masked mean
     # pooling, padding) takes the same train step on a 2 × 4 (data × seq) mesh as on one
     # device: at L = 32 the inputs are split over `seq`, at L = 30 (not a multiple of 4) only over
-    # `data`, and every layer pads its shards.
+    # `data`, and every layer pads its shards. (`make test-all`; `make test` trains over a
+    # sequence axis in tests/test_train_sequence_parallel.py.)
+    if 8 not in counts:
+      raise SystemExit(0)
     from configs import listops
     from lra import optim, steps, train
     config = listops.get_config("lion_s,runlocal")
@@ -165,7 +168,8 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-# Every decay kind over 4 shards in `make test`; over 8 too in `make test-all`.
+# Every decay kind over 4 shards in `make test`; over 8 too, and a model's train step, in
+# `make test-all`.
 @pytest.mark.parametrize("shard_counts", ["4", pytest.param("4,8", marks=pytest.mark.slow)])
 def test_sharded_chunk_scan_equals_definition_on_4_and_8_devices(shard_counts):
   # A deadlock in a collective aborts after 20 s instead of XLA:CPU's default 40 s.
@@ -177,8 +181,8 @@ def test_sharded_chunk_scan_equals_definition_on_4_and_8_devices(shard_counts):
                         text=True, timeout=600)
   assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
   expected = [f"outputs OK {n}" for n in shard_counts.split(",")]
-  for line in expected + ["gradients OK", "2 x 4 mesh OK",
-                          "2 x 4 mesh, shards of different steepness OK", "retrieval model OK"]:
+  expected += ["gradients OK", "2 x 4 mesh OK", "2 x 4 mesh, shards of different steepness OK"]
+  for line in expected + (["retrieval model OK"] if "8" in shard_counts else []):
     assert line in proc.stdout
 
 

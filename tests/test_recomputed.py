@@ -2,8 +2,8 @@
 inputs for the backward pass (`lion_jax.recomputed`) computes what the definition says, with
 its gradients, and trains what the stored kernel trains.
 
-Segments are made small here (two chunks of 16 tokens over a batch of 2), so that every call
-crosses several segment boundaries, the last segment padded.
+Segments are made small here (two chunks of 16 tokens), so that every call crosses several
+segment boundaries, the last segment padded.
 """
 
 import contextlib
@@ -32,44 +32,51 @@ def small_segments(monkeypatch):
 
 
 def attention(q, k, v, log_decay, key_mask, *, residuals="recomputed", form="chunk_scan",
-              convention="symmetric", normalize="after"):
+              convention="symmetric", normalize="after", state_pass="auto"):
   return lion_attention(q, k, v, log_decay, form=form, convention=convention,
                         normalize=normalize, key_mask=key_mask, chunk_size=CHUNK,
-                        residuals=residuals)
+                        residuals=residuals, state_pass=state_pass)
 
 
 def every_option(q, k, v, log_decay, key_mask):
   return [attention(q, k, v, log_decay, key_mask, convention=c, normalize=n) for c, n in OPTIONS]
 
 
-def test_segments_are_whole_chunks_that_divide_the_padded_length(monkeypatch):
+def test_segments_are_whole_chunks_of_about_2048_tokens_over_the_batch(monkeypatch):
   assert recomputed.segment_length(2, 96, 16) == 32  # at most SEGMENT_MAX (here 32)
-  assert recomputed.segment_length(2, 37, 16) == 16  # 3 chunks: one per segment
+  assert recomputed.segment_length(2, 20, 16) == 32  # a padded row of 2 chunks
   assert recomputed.segment_length(1, 8, 16) == 16  # never less than a chunk
   monkeypatch.undo()  # the real bounds
   assert recomputed.segment_length(2, 4096, 32) == 512  # SEGMENT_MAX per row
   assert recomputed.segment_length(32, 2048, 32) == 128  # SEGMENT_MIN per row
   assert recomputed.segment_length(8, 2048, 32) == 256  # SEGMENT_TOKENS over the batch
-  assert recomputed.segment_length(2, 4000, 32) == 160  # 125 chunks: 5 per segment
+  assert recomputed.segment_length(64, 4000, 32) == 128  # padded to 4096, not 125 segments
 
 
-@pytest.mark.parametrize("length", [1, 37, 96])
-@pytest.mark.parametrize("decay_kind", DECAY_KINDS)
+# Every decay shape at L = 37 (3 segments, the last padded); the LRA setting also at L = 96 in
+# float32 and at one token; the rest of the grid in `make test-all`.
+DEFINITION_CASES = [(kind, length) for kind in DECAY_KINDS for length in (1, 37, 96)]
+FAST_DEFINITION_CASES = [(kind, 37) for kind in DECAY_KINDS] + [("selective_vector", 96),
+                                                                 ("selective_vector", 1)]
+
+
+@pytest.mark.parametrize("decay_kind, length", [
+    case if case in FAST_DEFINITION_CASES else pytest.param(*case, marks=pytest.mark.slow)
+    for case in DEFINITION_CASES])
 def test_recomputed_chunk_scan_equals_the_float64_definition(decay_kind, length):
   """Every decay shape, both conventions, all normalisations, padded keys: float64 to 1e-10,
   float32 to 1e-5."""
-  if length == 1 and decay_kind != "selective_vector":
-    pytest.skip("one token: one representative")
   q, k, v, log_decay, key_mask = make_inputs(length, decay_kind, seed=length)
   key_mask[0] = True  # row 0 keeps every key, row 1 drops some
   expected = [reference_lion(q, k, v, log_decay, convention=c, normalize=n, key_mask=key_mask)
               for c, n in OPTIONS]
-  with jax.enable_x64(True):
-    got = jax.jit(every_option)(q, k, v, log_decay, key_mask)
-  for (c, n), g, e in zip(OPTIONS, got, expected):
-    assert g.dtype == jnp.float64
-    np.testing.assert_allclose(g, e, rtol=1e-10, atol=1e-10, err_msg=f"{c} {n}")
-  if length == 96:
+  if length != 96:  # float64 at 1 and 37 tokens, float32 at 96
+    with jax.enable_x64(True):
+      got = jax.jit(every_option)(q, k, v, log_decay, key_mask)
+    for (c, n), g, e in zip(OPTIONS, got, expected):
+      assert g.dtype == jnp.float64
+      np.testing.assert_allclose(g, e, rtol=1e-10, atol=1e-10, err_msg=f"{c} {n}")
+  else:
     f32 = [None if x is None else np.asarray(x, np.float32) for x in (q, k, v, log_decay)]
     for (c, n), g, e in zip(OPTIONS, jax.jit(every_option)(*f32, key_mask), expected):
       np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-5, err_msg=f"float32 {c} {n}")
@@ -87,21 +94,22 @@ def gradients(q, k, v, log_decay, key_mask, residuals, form="chunk_scan", **opti
   return jax.jit(jax.grad(loss, argnums=tuple(range(len(arguments)))))(*arguments)
 
 
-@pytest.mark.parametrize("decay_kind, convention, normalize", [
-    ("lit", "symmetric", "after"),
-    ("fixed_head", "code", "after"),
-    ("fixed_channel", "symmetric", "before"),
-    ("selective", "code", "none"),
-    ("selective_vector", "symmetric", "after"),
-    ("selective_vector", "code", "after"),
+@pytest.mark.parametrize("decay_kind, convention, normalize, state_pass", [
+    ("lit", "symmetric", "after", "scan"),
+    ("fixed_head", "code", "after", "scan"),
+    ("fixed_channel", "symmetric", "before", "associative"),
+    ("selective", "code", "none", "scan"),
+    ("selective_vector", "symmetric", "after", "scan"),
+    ("selective_vector", "code", "after", "associative"),
 ])
-def test_recomputed_gradients_equal_the_full_forms_in_float64(decay_kind, convention, normalize):
+def test_recomputed_gradients_equal_the_full_forms_in_float64(decay_kind, convention, normalize,
+                                                               state_pass):
   """The full form's float64 gradients (which `test_lion_attention` checks against finite
-  differences) to 1e-9, through every segment boundary."""
+  differences) to 1e-9, through every segment boundary, with either state pass."""
   q, k, v, log_decay, key_mask = make_inputs(37, decay_kind, seed=5)
   options = dict(convention=convention, normalize=normalize)
   with jax.enable_x64(True):
-    got = gradients(q, k, v, log_decay, key_mask, "recomputed", **options)
+    got = gradients(q, k, v, log_decay, key_mask, "recomputed", state_pass=state_pass, **options)
     expected = gradients(q, k, v, log_decay, key_mask, "stored", form="attention", **options)
   for name, g, e in zip("q k v log_decay".split(), got, expected):
     np.testing.assert_allclose(g, e, rtol=1e-9, atol=1e-10 * np.abs(e).max(), err_msg=name)
@@ -143,6 +151,22 @@ def test_steep_chunks_and_the_exact_fallback_inside_segments(case):
   for name, g, e in zip("q k v log_decay".split(), got, expected):
     assert np.all(np.isfinite(g)), name
     np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-4 * np.abs(e).max(), err_msg=name)
+
+
+@pytest.mark.parametrize("log_range", [(-40.0, -20.0), (-1e-9, 0.0)], ids=["to_zero", "to_one"])
+def test_extreme_decays_stay_finite_and_exact(log_range):
+  """λ → 0 (every state dies within a token) and λ → 1 (nothing decays over the row): float64
+  to 1e-10, float32 to 1e-5, gradients finite."""
+  rng = np.random.default_rng(8)
+  q, k, v, _, key_mask = make_inputs(37, "lit", seed=9)
+  log_decay = rng.uniform(*log_range, v.shape)
+  expected = reference_lion(q, k, v, log_decay, key_mask=key_mask)
+  with jax.enable_x64(True):
+    np.testing.assert_allclose(jax.jit(attention)(q, k, v, log_decay, key_mask), expected,
+                               rtol=1e-10, atol=1e-10)
+  f32 = [np.asarray(x, np.float32) for x in (q, k, v, log_decay)]
+  np.testing.assert_allclose(jax.jit(attention)(*f32, key_mask), expected, rtol=1e-5, atol=1e-5)
+  assert all(np.all(np.isfinite(g)) for g in gradients(*f32, key_mask, "recomputed"))
 
 
 def saved_bytes(fn, *args):

@@ -42,6 +42,7 @@ def one_device(tmp_path_factory):
   return root / "one", root / "data"
 
 
+@pytest.mark.slow  # 30 s; `make test` keeps the two-process case below, which trains on the same mesh
 def test_data_by_sequence_mesh_trains_as_one_device_and_resumes_on_another_mesh(tmp_path,
                                                                                  one_device):
   one_dir, data_dir = one_device
