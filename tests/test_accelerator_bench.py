@@ -84,7 +84,7 @@ def test_unknown_stage_is_an_error_naming_the_stages(capsys):
   with pytest.raises(SystemExit):
     accelerator.main(["--out", "unused", "--stages", "env,warp"])
   error = capsys.readouterr().err
-  assert "unknown stage(s) warp" in error and "env, correctness, forms, train_step, train" in error
+  assert "unknown stage(s) warp" in error and "env, correctness, forms, train_step, memory, train" in error
 
 
 def test_benchmarks_write_to_the_ignored_results_folder_unless_published():

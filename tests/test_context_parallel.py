@@ -56,10 +56,10 @@ SCRIPT = textwrap.dedent("""
           assert g.dtype == jnp.float64
           np.testing.assert_allclose(g, e, rtol=1e-10, atol=1e-10,
                                      err_msg=f"{shards} shards {decay_kind} {c} {n}")
-        if decay_kind not in ("selective", "selective_vector"):
+        if decay_kind != "selective_vector":
           continue
-        # float32, the two selective kinds (the others are their constant special cases): the
-        # unsharded call to rounding.
+        # float32, the LRA setting (the other kinds are its special cases): the unsharded call
+        # to rounding.
         f32 = [None if x is None else np.asarray(x, np.float32) for x in (q, k, v, log_decay)]
         with jax.set_mesh(mesh):
           got = every_option("seq")(*f32, key_mask)

@@ -300,8 +300,9 @@ def _assert_exact_with_gradients(q, k, v, log_decay, key_mask, convention="symme
                                  err_msg=f"{normalize}: d/d{name}")
 
 
-@pytest.mark.parametrize("steep_log_decay, convention", [(-35.0, "symmetric"), (-1e4, "code")],
-                         ids=["steep", "reset"])
+@pytest.mark.parametrize("steep_log_decay, convention", [
+    (-35.0, "symmetric"), pytest.param(-1e4, "code", marks=pytest.mark.slow)],
+    ids=["steep", "reset"])
 def test_a_few_steep_chunks_are_recomputed_exactly_beside_the_factored_ones(steep_log_decay,
                                                                           convention):
   """Trained gates make single tokens steep (log λ of −12 and below after 250 ListOps steps,

@@ -53,8 +53,9 @@ def test_segments_are_whole_chunks_of_about_2048_tokens_over_the_batch(monkeypat
   assert recomputed.segment_length(64, 4000, 32) == 128  # padded to 4096, not 125 segments
 
 
-# Every decay shape at L = 37 (3 segments, the last padded); the LRA setting also at L = 96 in
-# float32 and at one token; the rest of the grid in `make test-all`.
+# No decay, fixed per-channel and selective vector decays at L = 37 (3 segments, the last
+# padded); the LRA setting also at L = 96 in float32 and at one token; every other decay shape
+# and length in `make test-all`.
 DEFINITION_CASES = [(kind, length) for kind in DECAY_KINDS for length in (1, 37, 96)]
 FAST_DEFINITION_CASES = [(kind, 37) for kind in DECAY_KINDS] + [("selective_vector", 96),
                                                                  ("selective_vector", 1)]
@@ -96,10 +97,10 @@ def gradients(q, k, v, log_decay, key_mask, residuals, form="chunk_scan", **opti
 
 @pytest.mark.parametrize("decay_kind, convention, normalize, state_pass", [
     ("lit", "symmetric", "after", "scan"),
-    ("fixed_head", "code", "after", "scan"),
+    pytest.param("fixed_head", "code", "after", "scan", marks=pytest.mark.slow),
     ("fixed_channel", "symmetric", "before", "associative"),
     ("selective", "code", "none", "scan"),
-    ("selective_vector", "symmetric", "after", "scan"),
+    pytest.param("selective_vector", "symmetric", "after", "scan", marks=pytest.mark.slow),
     ("selective_vector", "code", "after", "associative"),
 ])
 def test_recomputed_gradients_equal_the_full_forms_in_float64(decay_kind, convention, normalize,

@@ -57,7 +57,7 @@ def loss_and_grads(state_pass, convention):
     ("selective_vector", (-40.0, -20.0)), ("selective_vector", (-1e-9, 0.0))],
     ids=["scalar", "vector", "vector_to_zero", "vector_to_one"])
 @pytest.mark.parametrize("convention", ["symmetric", "code"])
-@pytest.mark.parametrize("length", [37, 96])
+@pytest.mark.parametrize("length", [37, pytest.param(96, marks=pytest.mark.slow)])
 def test_associative_pass_equals_scan_and_definition_with_gradients(length, convention,
                                                                     decay_kind, log_range):
   """Odd L (a partial last chunk), a key mask, both conventions, scalar, vector and extreme
@@ -101,8 +101,9 @@ def test_auto_resolves_to_a_concrete_pass_and_unknown_values_are_named():
     ModelConfig(state_pass="tree")
 
 
-@pytest.mark.parametrize("order", [dict(), dict(scan_order="snake", grid=(3, 7))],
-                         ids=["raster", "snake"])
+@pytest.mark.parametrize("order", [
+    dict(), pytest.param(dict(scan_order="snake", grid=(3, 7)), marks=pytest.mark.slow)],
+    ids=["raster", "snake"])
 def test_model_config_state_pass_reaches_the_chunk_kernel(order, monkeypatch):
   """`ModelConfig.state_pass` picks the pass every scan of the mixer runs, with equal outputs."""
   used = []

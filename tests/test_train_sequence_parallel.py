@@ -65,6 +65,7 @@ def test_data_by_sequence_mesh_trains_as_one_device_and_resumes_on_another_mesh(
   assert_same_run(tmp_path / "mesh_resumed", tmp_path / "one_resumed")
 
 
+@pytest.mark.slow  # 36 s with its fixture; `make test` keeps tests/test_multihost.py's processes
 def test_sequence_axis_spanning_two_processes_trains_as_one_device(tmp_path, one_device):
   # Two processes of two devices; `seq` is the process-major axis of the mesh.
   with Job(tmp_path / "logs2", [*train_args(tmp_path / "two", tmp_path / "data2", 6), MESH_2X2],

@@ -98,7 +98,8 @@ SMALL_DATA = ["--config.num_train_steps=3", "--config.eval_every_steps=3",
               "--config.generate.num_val=16", "--config.generate.num_test=16"]
 
 
-@pytest.mark.parametrize("variant", ["lion_d_random", "lion_s_random"])
+@pytest.mark.parametrize("variant", [pytest.param("lion_d_random", marks=pytest.mark.slow),
+                                     "lion_s_random"])  # one representative in `make test`
 def test_random_init_rows_train_at_runlocal_size_and_write_results(tmp_path, variant):
   workdir = tmp_path / "run"
   _run([sys.executable, "run.py", f"--config=configs/listops.py:{variant},runlocal",
