@@ -165,8 +165,13 @@ def lion_attention(q, k, v, log_decay=None, *, form: str | LionForm = "auto",
   q, k, v = (x.astype(dtype) for x in (q, k, v))
   given_log_decay = None if log_decay is None else jnp.asarray(log_decay, dtype)
   log_decay = per_token_log_decay(log_decay, batch, length, heads, value_dim, dtype)
-  if (form is LionForm.CHUNK_SCAN and sequence_axis is None
-      and resolve_residuals(residuals, length) == "recomputed"):
+  if sequence_axis is not None and resolve_residuals(residuals, length) == "recomputed":
+    out = context_parallel.context_parallel_recomputed(
+        q, k, v, given_log_decay, key_mask, convention=check_choice("convention", convention),
+        normalize=normalize.value, chunk_size=chunk_size, eps=eps, sequence_axis=sequence_axis,
+        state_pass=check_choice("state_pass", state_pass))
+    return out.astype(out_dtype)
+  if form is LionForm.CHUNK_SCAN and resolve_residuals(residuals, length) == "recomputed":
     # Fixed decays stay [H] or [H, V]: what the backward pass keeps is what was passed.
     out = recomputed.recomputed_chunk_scan(
         q, k, v, given_log_decay, key_mask, convention=check_choice("convention", convention),
@@ -177,9 +182,9 @@ def lion_attention(q, k, v, log_decay=None, *, form: str | LionForm = "auto",
     k = k * key_mask[:, :, None, None].astype(dtype)
 
   if sequence_axis is not None:
-    numerator, denominator = _context_parallel_chunk_scan(
-        q, k, v, log_decay, convention, normalize, chunk_size, sequence_axis, state_pass,
-        resolve_residuals(residuals, length))
+    numerator, denominator = _context_parallel_chunk_scan(q, k, v, log_decay, convention,
+                                                          normalize, chunk_size, sequence_axis,
+                                                          state_pass)
   elif form in (LionForm.ATTENTION, LionForm.CHUNK, LionForm.CHUNK_SCAN):
     evaluate = {LionForm.ATTENTION: _attention, LionForm.CHUNK: _chunked_queries,
                 LionForm.CHUNK_SCAN: functools.partial(_chunk_scan, state_pass=state_pass)}[form]
@@ -260,11 +265,11 @@ def _chunk_scan(q, k, v, log_decay, convention, normalize, chunk_size, state_pas
 
 
 def _context_parallel_chunk_scan(q, k, v, log_decay, convention, normalize, chunk_size, axis,
-                                 state_pass, residuals):
+                                 state_pass):
   """Numerator and decayed normaliser with the sequence split over mesh axis `axis`."""
   scan = lambda u, log_decay: context_parallel.context_parallel_chunk_scan(
       q, k, u, log_decay, convention=convention, chunk_size=chunk_size, sequence_axis=axis,
-      state_pass=state_pass, residuals=residuals)
+      state_pass=state_pass)
   if normalize is not Normalize.AFTER:
     return scan(v, log_decay), None
   carried, (log_decay,) = _with_unit_values(v, log_decay)

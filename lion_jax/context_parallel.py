@@ -30,6 +30,7 @@ mesh axis, S = tokens per shard.
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import jax
@@ -67,8 +68,7 @@ def check_sequence_axis(sequence_axis: str, form: str) -> int:
 
 
 def context_parallel_chunk_scan(q, k, u, log_decay, *, convention: str, chunk_size: int,
-                                sequence_axis: str, state_pass: str = "auto",
-                                residuals: str = "stored"):
+                                sequence_axis: str, state_pass: str = "auto"):
   """Σ_j (q_i·k_j) M_ij u_j over all keys, with the sequence split over `sequence_axis`.
 
   Called on global arrays under a mesh (`jax.set_mesh`) that has `sequence_axis`; the other
@@ -85,8 +85,6 @@ def context_parallel_chunk_scan(q, k, u, log_decay, *, convention: str, chunk_si
     sequence_axis: the mesh axis the sequence is split over.
     state_pass: how each shard's chunk kernel passes states between its chunks
       (`chunkwise.bidirectional_chunk_scan`).
-    residuals: "stored" or "recomputed": what each shard's chunk kernel keeps for the backward
-      pass (`lion_jax.recomputed`).
 
   Returns:
     [B, L, H, E], equal to `chunkwise.bidirectional_chunk_scan` with the gate of `convention`.
@@ -99,8 +97,7 @@ def context_parallel_chunk_scan(q, k, u, log_decay, *, convention: str, chunk_si
 
   def local(q, k, u, log_decay):
     return shard_chunk_scan(q, k, u, log_decay, convention=convention, chunk_size=chunk_size,
-                            axis_name=sequence_axis, state_pass=state_pass,
-                            residuals=residuals)
+                            axis_name=sequence_axis, state_pass=state_pass)
 
   # check_vma=False: the chunk kernel's scans start from fresh zero states, which the
   # varying-manual-axes check would ask to be cast to "varying" first. Under `jit` also when
@@ -111,14 +108,14 @@ def context_parallel_chunk_scan(q, k, u, log_decay, *, convention: str, chunk_si
 
 
 def shard_chunk_scan(q, k, u, log_decay, *, convention: str, chunk_size: int, axis_name: str,
-                     state_pass: str = "auto", residuals: str = "stored"):
+                     state_pass: str = "auto"):
   """One shard's outputs over all keys of all shards; call inside `shard_map` over `axis_name`.
 
   Args:
     q, k: [B, S, H, K] this shard's queries and keys.
     u: [B, S, H, E] this shard's carried values.
     log_decay: [B, S, H, G] this shard's log λ.
-    convention, chunk_size, state_pass, residuals: as in `context_parallel_chunk_scan`.
+    convention, chunk_size, state_pass: as in `context_parallel_chunk_scan`.
     axis_name: the bound mesh axis the sequence is split over (shard s holds tokens
       s·S … s·S + S − 1).
 
@@ -145,20 +142,142 @@ def shard_chunk_scan(q, k, u, log_decay, *, convention: str, chunk_size: int, ax
   no_queries = jnp.zeros_like(unit_keys)
   no_decay = jnp.zeros((batch, key_dim) + log_decay.shape[2:], log_decay.dtype)  # [B, K, H, G]
   around = lambda left, x, right: jnp.concatenate([left, x, right], axis=1)  # [B, K+S+K, H, X]
-  operands = (around(no_queries, q, no_queries), around(unit_keys, k, unit_keys),
-              around(rows(enter_forward), u, rows(enter_backward)),
-              around(no_decay, inner_gate.at[:, 0].set(boundary[shard]), no_decay),
-              around(no_decay, log_decay, no_decay))  # [B, K+S+K, H, X]
-  if residuals == "recomputed":
-    per_token = lambda gate: gate[..., 0] if gate.shape[-1] != u.shape[-1] else gate  # G = 1
-    out = recomputed.recomputed_chunk_scan(
-        *operands[:3], per_token(operands[4]), None, convention="symmetric", normalize="none",
-        chunk_size=chunk_size, eps=0.0, state_pass=state_pass,
-        forward_gate=per_token(operands[3]), branch_axis=axis_name)
-  else:
-    out, _ = chunkwise.bidirectional_chunk_scan(*operands, chunk_size, state_pass=state_pass,
-                                                branch_axis=axis_name)
+  out, _ = chunkwise.bidirectional_chunk_scan(
+      around(no_queries, q, no_queries), around(unit_keys, k, unit_keys),
+      around(rows(enter_forward), u, rows(enter_backward)),
+      around(no_decay, inner_gate.at[:, 0].set(boundary[shard]), no_decay),
+      around(no_decay, log_decay, no_decay), chunk_size,
+      state_pass=state_pass, branch_axis=axis_name)  # [B, K+S+K, H, E]
   return out[:, key_dim:key_dim + length]
+
+
+def context_parallel_recomputed(q, k, v, log_decay, key_mask, *, convention: str,
+                                normalize: str, chunk_size: int, eps: float, sequence_axis: str,
+                                state_pass: str = "auto"):
+  """Normalised LION attention with the sequence split over `sequence_axis`, each shard's
+  kernel keeping only its inputs for the backward pass (`lion_jax.recomputed`).
+
+  The shards exchange the same summaries as `shard_chunk_scan`, but what enters a shard from
+  the others goes straight into its segments' state pass (`recomputed_chunk_scan`'s
+  `outer_states`): no virtual tokens, no carried copies of the values and gates, and the
+  normalisation inside the recomputed region.
+
+  Args:
+    q, k: [B, L, H, K]; v: [B, L, H, V] (the compute dtype).
+    log_decay: None, [H], [H, V], [B, L, H] or [B, L, H, V].
+    key_mask: [B, L] bool or None.
+    convention, normalize, chunk_size, eps, state_pass: as in `lion_attention` (strings).
+    sequence_axis: the mesh axis the sequence is split over.
+
+  Returns:
+    [B, L, H, V] outputs.
+  """
+  shards = check_sequence_axis(sequence_axis, "chunk_scan")
+  batch, length, heads, _ = q.shape
+  pad = -length % shards
+  if key_mask is None:
+    key_mask = jnp.ones((batch, length), bool)
+  per_token = log_decay is not None and log_decay.ndim >= 3
+  pad_tokens = lambda x: jnp.pad(x, [(0, 0), (0, pad)] + [(0, 0)] * (x.ndim - 2))
+  tokens = [pad_tokens(x) for x in [q, k, v, key_mask] + ([log_decay] if per_token else [])]
+  whole = [] if per_token or log_decay is None else [log_decay]
+  split, replicated = PartitionSpec(None, sequence_axis), PartitionSpec()
+
+  def local(q, k, v, key_mask, decay=None):
+    return _recomputed_shard(q, k, v, key_mask, decay, convention=convention,
+                             normalize=normalize, chunk_size=chunk_size, eps=eps,
+                             axis_name=sequence_axis, state_pass=state_pass)
+
+  specs = (split,) * 4 + ((split,) if per_token else (replicated,) * len(whole))
+  out = jax.jit(jax.shard_map(local, in_specs=specs, out_specs=split,
+                              axis_names={sequence_axis}, check_vma=False))(*tokens, *whole)
+  return out[:, :length]
+
+
+def _recomputed_shard(q, k, v, key_mask, log_decay, *, convention, normalize, chunk_size, eps,
+                      axis_name, state_pass):
+  """One shard's normalised outputs (`context_parallel_recomputed`); inside `shard_map`."""
+  from lion_jax import attention  # attention imports this module
+  batch, length, heads, _ = q.shape
+  value_dim = v.shape[-1]
+  symmetric = masks.Convention(convention) is masks.Convention.SYMMETRIC
+  a = attention.per_token_log_decay(log_decay, batch, length, heads, value_dim, q.dtype)
+  masked = k * key_mask[:, :, None, None].astype(k.dtype)
+  summary = _summarise_values(masked, v, a, normalize == "after", symmetric)
+  gathered = summary.all_gather(axis_name)
+  shard = jax.lax.axis_index(axis_name)
+  boundary = gathered.boundary
+  if not symmetric:
+    boundary = jnp.concatenate([jnp.zeros_like(boundary[:1]), boundary[:-1]])  # f_{start_p}
+  outer = _entering_states(gathered, boundary, shard)  # [B, H, K, E] each
+  forward_gate = None
+  if not symmetric:  # f at the shard's first token is the previous shard's last decay
+    groups = a.shape[-1]
+    f = jnp.concatenate([boundary[shard][:, None, :, :groups], a[:, :-1]], axis=1)
+    forward_gate = f[..., 0] if groups == 1 else f
+  key_sum = None
+  if normalize == "before":
+    key_sum = jax.lax.psum(masked.sum(axis=1), axis_name)
+  return recomputed.recomputed_chunk_scan(
+      q, k, v, log_decay, key_mask, convention="symmetric" if forward_gate is None else convention,
+      normalize=normalize, chunk_size=chunk_size, eps=eps, state_pass=state_pass,
+      forward_gate=forward_gate, branch_axis=axis_name, outer_states=outer, key_sum=key_sum)
+
+
+# A shard's summary under recomputed residuals is taken in pieces of this many tokens, one at a
+# time, so that its working set (the decayed carried values) is a piece's, not the shard's.
+SUMMARY_PIECE = 4096
+
+
+@functools.partial(jax.checkpoint, static_argnums=(3, 4))
+def _summarise_values(k, v, a, with_normaliser: bool, symmetric: bool):
+  """`_summarise` of the carried values built here from v, piece by piece, so that the
+  backward pass keeps v and the log-decays rather than the carried copies.
+
+  Args:
+    k: [B, S, H, K] masked keys; v: [B, S, H, V]; a: [B, S, H, G] per-token log-decays.
+    with_normaliser: carry a channel of ones per decay channel (normalize="after").
+    symmetric: the convention (which first or last decay the next shard's gate needs).
+  """
+  from lion_jax import attention  # attention imports this module
+  inner_gate = (a if symmetric else masks.forward_gate(a, "code")).at[:, 0].set(0.0)
+
+  def carried(v, *gates):
+    if not with_normaliser:
+      return v, gates
+    return attention._with_unit_values(v, *gates)  # pylint: disable=protected-access
+
+  def summary(k, v, a, inner_gate):
+    u, (inner_gate, a) = carried(v, inner_gate, a)
+    return _summarise(k, u, a, inner_gate, a[:, 0])
+
+  _, (edge,) = carried(v[:, :1], a[:, :1] if symmetric else a[:, -1:])
+  length = k.shape[1]
+  if length <= SUMMARY_PIECE or length % SUMMARY_PIECE:
+    whole = summary(k, v, a, inner_gate)
+  else:
+    piece = lambda x, i: jax.lax.dynamic_slice_in_dim(x, i * SUMMARY_PIECE, SUMMARY_PIECE, 1)
+    parts = jax.lax.map(jax.checkpoint(lambda i: summary(*(piece(x, i) for x in (
+        k, v, a, inner_gate)))), jnp.arange(length // SUMMARY_PIECE))  # fields [n, B, H, ...]
+    whole = _join_pieces(parts)
+  return whole._replace(boundary=edge[:, 0])
+
+
+def _join_pieces(parts: _ShardSummary) -> _ShardSummary:
+  """One summary of consecutive pieces (fields [n, B, H, ...], in order), as `_summarise`
+  would give for all of their tokens at once."""
+  def step(joined, part):
+    forward, backward, forward_total, backward_total = joined
+    decay = lambda total: jnp.exp(total)[..., None, :]  # [B, H, 1, G]
+    return (decay(part.forward_total) * forward + part.forward,
+            backward + decay(backward_total) * part.backward,
+            forward_total + part.forward_total, backward_total + part.backward_total), None
+
+  first = jax.tree.map(lambda x: x[0], parts)
+  rest = jax.tree.map(lambda x: x[1:], parts)
+  (forward, backward, forward_total, backward_total), _ = jax.lax.scan(
+      step, (first.forward, first.backward, first.forward_total, first.backward_total), rest)
+  return _ShardSummary(forward, backward, forward_total, backward_total, first.boundary)
 
 
 # Recomputed in the backward pass rather than saving its [B, S, H, E] intermediates.

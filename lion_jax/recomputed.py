@@ -56,7 +56,7 @@ def segment_length(batch: int, length: int, chunk: int) -> int:
 
 def recomputed_chunk_scan(q, k, v, log_decay, key_mask, *, convention: str, normalize: str,
                           chunk_size: int, eps: float, state_pass: str, forward_gate=None,
-                          branch_axis: str | None = None):
+                          branch_axis: str | None = None, outer_states=None, key_sum=None):
   """Normalised LION attention by `chunk_scan`, storing only its inputs for the backward pass.
 
   Args:
@@ -69,6 +69,11 @@ def recomputed_chunk_scan(q, k, v, log_decay, key_mask, *, convention: str, norm
       `convention` (`context_parallel`, whose shards carry their own boundary gate); needs
       per-token `log_decay`.
     branch_axis: as in `chunkwise.bidirectional_chunk_scan`, inside `shard_map`.
+    outer_states: ([B, H, K, E], [B, H, K, E]) states entering the whole row from the left and
+      from the right (`context_parallel`: what the other shards pass), E = the carried
+      channels (V, plus V or 1 normaliser channels for normalize="after"); None: zero.
+    key_sum: [B, H, K] Σ_j k_j over the whole row for normalize="before", where the row is
+      longer than the keys passed (`context_parallel`); None: the keys passed.
 
   Returns:
     [B, L, H, V] outputs, equal to the stored kernel's to float32 rounding.
@@ -83,16 +88,16 @@ def recomputed_chunk_scan(q, k, v, log_decay, key_mask, *, convention: str, norm
     forward_gate = masks.forward_gate(log_decay, convention)
   tokens = {"q": q, "k": k, "v": v, "log_decay": log_decay if per_token else None,
             "forward_gate": forward_gate}
-  whole = {"log_decay": None if per_token else log_decay}
+  whole = {"log_decay": None if per_token else log_decay, "outer": outer_states}
   if normalize == "before":  # Σ_j q_i·k_j over the whole row: one dot product with Σ_j k_j
     masked = k if key_mask is None else k * key_mask[:, :, None, None].astype(k.dtype)
-    whole["key_sum"] = masked.sum(axis=1)  # [B, H, K]
+    whole["key_sum"] = masked.sum(axis=1) if key_sum is None else key_sum  # [B, H, K]
   pad = padded_length - length
   if pad:
     tokens = {name: None if x is None else _pad_tokens(x, pad) for name, x in tokens.items()}
     key_mask = None if key_mask is None else _pad_tokens(key_mask, pad)
   options = _Options(convention, normalize, chunk, eps, state_pass, segment,
-                     padded_length // segment, branch_axis)
+                     padded_length // segment, branch_axis, length)
   out = _recomputed(options, tokens, whole, key_mask)
   return out[:, :length]
 
@@ -113,6 +118,7 @@ class _Options(NamedTuple):
   segment: int  # S
   segments: int  # P
   branch_axis: str | None
+  length: int  # L before padding to P·S
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
@@ -121,7 +127,7 @@ def _recomputed(options, tokens, whole, key_mask):
 
 
 def _forward(options, tokens, whole, key_mask):
-  entering = _entering(options, _summaries(options, tokens, whole, key_mask))
+  entering = _entering(options, _summaries(options, tokens, whole, key_mask), whole["outer"])
 
   def output(out, s_states):
     s, states = s_states
@@ -158,7 +164,7 @@ def _backward(options, saved, grad):
   # The segment states again (a summary is one product per segment): kept, they would cost
   # [P, B, H, K, E] per direction and layer, more than the inputs when segments are short.
   summaries = _summaries(options, tokens, whole, key_mask)
-  entering = _entering(options, summaries)
+  entering = _entering(options, summaries, whole["outer"])
   zeros = lambda tree: jax.tree.map(jnp.zeros_like, tree)
 
   def output_grads(carry, s_states):
@@ -173,8 +179,11 @@ def _backward(options, saved, grad):
 
   (d_tokens, d_whole), d_entering = jax.lax.scan(output_grads, (zeros(tokens), zeros(whole)),
                                                  (segments, entering))
-  _, pull_entering = jax.vjp(lambda x: _entering(options, x), summaries)
-  (d_summaries,) = pull_entering(d_entering)
+  _, pull_entering = jax.vjp(lambda x, outer: _entering(options, x, outer), summaries,
+                             whole["outer"])
+  d_summaries, d_outer = pull_entering(d_entering)
+  if d_outer is not None:
+    d_whole = {**d_whole, "outer": jax.tree.map(jnp.add, d_whole["outer"], d_outer)}
 
   def summary_grads(carry, s_grad):
     d_tokens, d_whole = carry
@@ -222,6 +231,9 @@ def _gates(options, seg, whole, key_mask, s):
   from lion_jax import attention  # a cycle at import time: attention imports this module
   raw = seg["log_decay"] if seg["log_decay"] is not None else whole["log_decay"]
   a = attention.per_token_log_decay(raw, batch, length, heads, value_dim, q.dtype)  # [B, S, H, G]
+  if seg["log_decay"] is None:  # a fixed decay: none on the padding, where states may enter
+    real = s * options.segment + jnp.arange(length) < options.length  # [S]
+    a = jnp.where(real[None, :, None, None], a, 0.0)
   if seg["forward_gate"] is not None:
     f = seg["forward_gate"]
     f = f if f.ndim == 4 else f[..., None]
@@ -271,15 +283,27 @@ def _summarise(options, seg, whole, key_mask, s):
   return forward, backward, f_prefix[:, -1], a_prefix[:, -1]
 
 
-def _entering(options, summaries):
-  """[P, B, H, K, E] in→ and in← of every segment: exclusive scans over the segments."""
+def _entering(options, summaries, outer=None):
+  """[P, B, H, K, E] in→ and in← of every segment: exclusive scans over the segments.
+
+  `outer` ([B, H, K, E] from the left, from the right) enters as the summary of one more
+  segment before the first and one after the last; their own totals are never used.
+  """
   forward, backward, f_total, a_total = summaries  # [P, B, H, K, E], [P, B, H, G']
+  segments = forward.shape[0]
+  if outer is not None:
+    nothing = jnp.zeros_like(f_total[:1])
+    forward = jnp.concatenate([outer[0][None].astype(forward.dtype), forward])
+    backward = jnp.concatenate([backward, outer[1][None].astype(backward.dtype)])
+    f_total, a_total = jnp.concatenate([nothing, f_total]), jnp.concatenate([a_total, nothing])
   batch = forward.shape[1]
   to_chunk_axis = lambda x: jnp.moveaxis(x, 0, 2)  # [P, B, H, ...] -> [B, H, P, ...]
   totals = jnp.concatenate([to_chunk_axis(f_total), jnp.flip(to_chunk_axis(a_total), 2)])
   leaving = jnp.concatenate([to_chunk_axis(forward), jnp.flip(to_chunk_axis(backward), 2)])
-  (states,) = chunkwise.STATE_PASSES["scan"](totals, (leaving,))  # [2B, H, P, K, E]
+  (states,) = chunkwise.STATE_PASSES["scan"](totals, (leaving,))  # [2B, H, P(+1), K, E]
   from_left, from_right = states[:batch], jnp.flip(states[batch:], 2)
+  if outer is not None:
+    from_left, from_right = from_left[:, :, 1:], from_right[:, :, :segments]
   return jnp.moveaxis(from_left, 2, 0), jnp.moveaxis(from_right, 2, 0)
 
 

@@ -68,11 +68,32 @@ SCRIPT = textwrap.dedent("""
                                      err_msg=f"float32 {shards} shards {decay_kind} {c} {n}")
       print("outputs OK", shards)
 
+    # Shards that keep only their inputs (residuals="recomputed"): the other shards' states
+    # enter their segments' state pass; a fixed decay must not decay across the padding; each
+    # shard summarises itself in pieces of 2 tokens.
+    from lion_jax import context_parallel, recomputed
+    recomputed.SEGMENT_MIN, recomputed.SEGMENT_MAX = 1, CHUNK
+    context_parallel.SUMMARY_PIECE = 2
+    mesh = Mesh(np.asarray(jax.devices()[:4]), ("seq",))
+    for decay_kind in ("fixed_head", "selective_vector"):
+      q, k, v, log_decay, key_mask = make_inputs(37, decay_kind, seed=7)
+      options = (("code", "after"), ("symmetric", "before"))
+      run = jax.jit(lambda q, k, v, log_decay, key_mask: [
+          lion_attention(q, k, v, log_decay, form="chunk_scan", convention=c, normalize=n,
+                         key_mask=key_mask, chunk_size=CHUNK, sequence_axis="seq",
+                         residuals="recomputed") for c, n in options])
+      with jax.enable_x64(True), jax.set_mesh(mesh):
+        got = run(q, k, v, log_decay, key_mask)
+      for (c, n), g in zip(options, got):
+        np.testing.assert_allclose(g, reference_lion(q, k, v, log_decay, convention=c,
+                                                     normalize=n, key_mask=key_mask),
+                                   rtol=1e-10, atol=1e-10,
+                                   err_msg=f"recomputed {decay_kind} {c} {n}")
+    print("recomputed shards OK")
+
     # Gradients (float64) equal those of the full form, which the unsharded tests check
     # against finite differences; "code" shifts the forward gate across shard boundaries. Each
     # shard's kernel stores its residuals, or recomputes them in segments of one chunk.
-    from lion_jax import recomputed
-    recomputed.SEGMENT_MIN, recomputed.SEGMENT_MAX = 1, CHUNK
     mesh = Mesh(np.asarray(jax.devices()), ("seq",))
     for decay_kind, convention, residuals in (("selective", "code", "stored"),
                                               ("selective_vector", "symmetric", "stored"),
@@ -181,7 +202,8 @@ def test_sharded_chunk_scan_equals_definition_on_4_and_8_devices(shard_counts):
                         text=True, timeout=600)
   assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
   expected = [f"outputs OK {n}" for n in shard_counts.split(",")]
-  expected += ["gradients OK", "2 x 4 mesh OK", "2 x 4 mesh, shards of different steepness OK"]
+  expected += ["recomputed shards OK", "gradients OK", "2 x 4 mesh OK",
+               "2 x 4 mesh, shards of different steepness OK"]
   for line in expected + (["retrieval model OK"] if "8" in shard_counts else []):
     assert line in proc.stdout
 
