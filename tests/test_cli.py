@@ -91,6 +91,13 @@ def test_an_unwritable_workdir_is_one_message_and_leaves_no_record():
   assert run_records.write_failure("/proc/lion_run", OSError("recording must not raise")) is None
 
 
+def test_an_unwritable_data_folder_is_one_message():
+  assert_one_message(command("-m", "lra.data", "generate", "listops", "--out=/proc/lion_data",
+                             "--num-train=4", "--num-val=2", "--num-test=2"),
+                     "python -m lra.data", "--out /proc/lion_data: cannot write",
+                     "pass an --out you can write to")
+
+
 def test_a_truncated_data_file_is_one_message_with_the_fix(tmp_path):
   write_listops(tmp_path / "data" / "listops")
   path = tmp_path / "data/listops/basic_val.tsv"

@@ -196,7 +196,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> None:
   args = build_parser().parse_args(argv)
-  args.run(args)
+  try:
+    args.run(args)
+  except OSError as error:
+    # A folder or file under --out that cannot be written: the user's to fix, one message.
+    if not error.filename or not str(error.filename).startswith(str(args.out)):
+      raise
+    from lra.cli import CommandLineError  # pylint: disable=import-outside-toplevel
+    raise CommandLineError(
+        f"--out {args.out}: cannot write {error.filename} ({error.strerror}); pass an --out "
+        "you can write to.") from None
 
 
 def console_main(program: str = "lion-data") -> int:
