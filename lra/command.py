@@ -119,6 +119,12 @@ def parse_flags(argv: list[str]) -> list[str]:
       config file's own error (an unknown variant, say).
   """
   config_arg = _flag_value(argv, "config")
+  overrides = [arg.split("=")[0] for arg in argv if arg.startswith("--config.")]
+  if config_arg is None and overrides:
+    raise cli.CommandLineError(
+        f"{overrides[0]} changes a field of a config, but no --config names one: add "
+        "--config=configs/<task>.py:<variant> (or, to evaluate a run, --mode eval --workdir "
+        "DIR, which loads the run's own)")
   if config_arg is not None and not Path(config_arg.split(":", 1)[0]).is_file():
     raise cli.CommandLineError(f"--config={config_arg}: no such file; use configs/<task>.py:"
                                f"<variant> with <task> one of {', '.join(common.TASKS)}")

@@ -67,6 +67,12 @@ def test_a_bad_flag_is_one_message_that_names_it(tmp_path, flag, fragments):
   assert not (tmp_path / "run").exists()  # a mistyped command leaves no folder behind
 
 
+def test_a_config_field_without_a_config_is_one_message():
+  assert_one_message(command("run.py", "--config.seed=3", "--workdir=/tmp/unused"), "run.py",
+                     "--config.seed changes a field of a config, but no --config names one",
+                     "--config=configs/<task>.py:<variant>")
+
+
 def test_an_unknown_variant_or_config_file_is_one_message(tmp_path):
   assert_one_message(command("run.py", "--config=configs/listops.py:lion_q",
                              f"--workdir={tmp_path}"),
