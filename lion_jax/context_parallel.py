@@ -127,12 +127,7 @@ def shard_chunk_scan(q, k, u, log_decay, *, convention: str, chunk_size: int, ax
   # a_start ("symmetric") or the previous shard's last decay ("code"), which only it holds.
   inner_gate = masks.forward_gate(log_decay, convention).at[:, 0].set(0.0)  # [B, S, H, G]
   summary = _summarise(k, u, log_decay, inner_gate, log_decay[:, 0 if symmetric else -1])
-  gathered = summary.all_gather(axis_name)  # every field [P, ...]
-  shard = jax.lax.axis_index(axis_name)
-  boundary = gathered.boundary
-  if not symmetric:
-    boundary = jnp.concatenate([jnp.zeros_like(boundary[:1]), boundary[:-1]])  # f_{start_p}
-  enter_forward, enter_backward = _entering_states(gathered, boundary, shard)  # [B, H, K, E]
+  (enter_forward, enter_backward), first_gate = _exchange(summary, axis_name, symmetric)
 
   # K virtual tokens on each side carry the entering states into the local kernel.
   batch, length, heads, key_dim = q.shape
@@ -145,10 +140,25 @@ def shard_chunk_scan(q, k, u, log_decay, *, convention: str, chunk_size: int, ax
   out, _ = chunkwise.bidirectional_chunk_scan(
       around(no_queries, q, no_queries), around(unit_keys, k, unit_keys),
       around(rows(enter_forward), u, rows(enter_backward)),
-      around(no_decay, inner_gate.at[:, 0].set(boundary[shard]), no_decay),
+      around(no_decay, inner_gate.at[:, 0].set(first_gate), no_decay),
       around(no_decay, log_decay, no_decay), chunk_size,
       state_pass=state_pass, branch_axis=axis_name)  # [B, K+S+K, H, E]
   return out[:, key_dim:key_dim + length]
+
+
+def _exchange(summary: _ShardSummary, axis_name: str, symmetric: bool):
+  """The one all-gather between shards, and what this shard takes from it.
+
+  Returns:
+    ([B, H, K, E] the state entering the shard from the left, [B, H, K, E] from the right),
+    and [B, H, G] the forward gate at its first token, f_start.
+  """
+  gathered = summary.all_gather(axis_name)  # every field [P, ...]
+  shard = jax.lax.axis_index(axis_name)
+  boundary = gathered.boundary
+  if not symmetric:
+    boundary = jnp.concatenate([jnp.zeros_like(boundary[:1]), boundary[:-1]])  # f_{start_p}
+  return _entering_states(gathered, boundary, shard), boundary[shard]
 
 
 def context_parallel_recomputed(q, k, v, log_decay, key_mask, *, convention: str,
@@ -204,16 +214,11 @@ def _recomputed_shard(q, k, v, key_mask, log_decay, *, convention, normalize, ch
   a = attention.per_token_log_decay(log_decay, batch, length, heads, value_dim, q.dtype)
   masked = k * key_mask[:, :, None, None].astype(k.dtype)
   summary = _summarise_values(masked, v, a, normalize == "after", symmetric)
-  gathered = summary.all_gather(axis_name)
-  shard = jax.lax.axis_index(axis_name)
-  boundary = gathered.boundary
-  if not symmetric:
-    boundary = jnp.concatenate([jnp.zeros_like(boundary[:1]), boundary[:-1]])  # f_{start_p}
-  outer = _entering_states(gathered, boundary, shard)  # [B, H, K, E] each
+  outer, first_gate = _exchange(summary, axis_name, symmetric)
   forward_gate = None
   if not symmetric:  # f at the shard's first token is the previous shard's last decay
     groups = a.shape[-1]
-    f = jnp.concatenate([boundary[shard][:, None, :, :groups], a[:, :-1]], axis=1)
+    f = jnp.concatenate([first_gate[:, None, :, :groups], a[:, :-1]], axis=1)
     forward_gate = f[..., 0] if groups == 1 else f
   key_sum = None
   if normalize == "before":

@@ -78,7 +78,7 @@ def recomputed_chunk_scan(q, k, v, log_decay, key_mask, *, convention: str, norm
   Returns:
     [B, L, H, V] outputs, equal to the stored kernel's to float32 rounding.
   """
-  batch, length, heads, _ = q.shape
+  batch, length = q.shape[:2]
   chunk = max(1, min(chunk_size, length))
   segment = segment_length(batch, length, chunk)
   padded_length = -(-length // segment) * segment

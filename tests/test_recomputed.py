@@ -7,6 +7,7 @@ segment boundaries, the last segment padded.
 """
 
 import contextlib
+import functools
 import io
 import re
 
@@ -17,6 +18,7 @@ import numpy as np
 import pytest
 
 from lion_jax import ModelConfig, lion_attention, recomputed
+from lion_jax.grid_order import grid_lion_attention
 from lion_jax.attention import resolve_residuals
 from lion_jax.options import ConfigError
 from tests.reference import reference_lion
@@ -154,7 +156,8 @@ def test_steep_chunks_and_the_exact_fallback_inside_segments(case):
     np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-4 * np.abs(e).max(), err_msg=name)
 
 
-@pytest.mark.parametrize("log_range", [(-40.0, -20.0), (-1e-9, 0.0)], ids=["to_zero", "to_one"])
+@pytest.mark.parametrize("log_range", [
+    (-40.0, -20.0), pytest.param((-1e-9, 0.0), marks=pytest.mark.slow)], ids=["to_zero", "to_one"])
 def test_extreme_decays_stay_finite_and_exact(log_range):
   """λ → 0 (every state dies within a token) and λ → 1 (nothing decays over the row): float64
   to 1e-10, float32 to 1e-5, gradients finite."""
@@ -168,6 +171,34 @@ def test_extreme_decays_stay_finite_and_exact(log_range):
   f32 = [np.asarray(x, np.float32) for x in (q, k, v, log_decay)]
   np.testing.assert_allclose(jax.jit(attention)(*f32, key_mask), expected, rtol=1e-5, atol=1e-5)
   assert all(np.all(np.isfinite(g)) for g in gradients(*f32, key_mask, "recomputed"))
+
+
+@pytest.mark.parametrize("scan_order", [
+    "snake", pytest.param("snake_outputs", marks=pytest.mark.slow)])
+def test_snake_orders_pass_residuals_to_every_scan(scan_order, monkeypatch):
+  """LION♮ (`grid_lion_attention`) runs its snakes through the recomputing kernel: the stored
+  kernel's outputs and gradients to float32 rounding."""
+  calls = []
+  real = recomputed.recomputed_chunk_scan
+  monkeypatch.setattr(recomputed, "recomputed_chunk_scan",
+                      lambda *a, **o: calls.append(1) or real(*a, **o))
+  q, k, v, _, key_mask = make_inputs(64, "lit", seed=2)
+  rng = np.random.default_rng(3)
+  decays = tuple(np.log(rng.uniform(0.5, 0.99, v.shape)).astype(np.float32) for _ in range(2))
+  q, k, v = (np.asarray(x, np.float32) for x in (q, k, v))
+
+  def loss(residuals, q, k, v):
+    out = grid_lion_attention(q, k, v, decays, grid=(8, 8), scan_order=scan_order,
+                              form="chunk_scan", chunk_size=8, key_mask=key_mask,
+                              residuals=residuals)
+    return jnp.sum(out ** 2), out
+
+  results = {residuals: jax.jit(jax.value_and_grad(functools.partial(loss, residuals),
+                                                   argnums=(0, 1, 2), has_aux=True))(q, k, v)
+             for residuals in ("stored", "recomputed")}
+  assert calls  # traced for "recomputed" only
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-6),
+               results["recomputed"], results["stored"])
 
 
 def saved_bytes(fn, *args):
