@@ -16,6 +16,10 @@ Forms (all exact, all differentiable, all accepting every decay shape and option
 `sequence_axis=` splits the sequence over a mesh axis (context parallelism,
 `lion_jax.context_parallel`): only "chunk_scan" (and "auto", which then means it) can run so.
 
+`segment_ids=` packs several examples into one row (`lion_jax.segments`): a query sees only the
+keys of its own example, in every form, because the gate at each example's first token is
+lowered by `segments.barrier` (the mask across it is below the dtype's rounding squared).
+
 Shapes follow the legend in `lion_jax.masks`.
 """
 
@@ -32,6 +36,7 @@ from lion_jax import context_parallel
 from lion_jax import masks
 from lion_jax import recomputed
 from lion_jax import recurrent
+from lion_jax import segments
 from lion_jax.options import check_choice, str_enum
 
 LionForm = str_enum("LionForm", "form", __name__,
@@ -107,7 +112,7 @@ def lion_attention(q, k, v, log_decay=None, *, form: str | LionForm = "auto",
                    convention: str = "symmetric", normalize: str | Normalize = "after",
                    key_mask=None, chunk_size: int = 64, eps: float = 1e-6,
                    sequence_axis: str | None = None, state_pass: str = "auto",
-                   residuals: str = "auto"):
+                   residuals: str = "auto", segment_ids=None):
   """Bidirectional LION attention.
 
   Args:
@@ -133,6 +138,12 @@ def lion_attention(q, k, v, log_decay=None, *, form: str | LionForm = "auto",
       and normalisers: the fastest), "recomputed" (only the inputs; the kernel runs segment by
       segment and again in the backward pass, `lion_jax.recomputed`) or "auto"
       (`resolve_residuals`). The values are the same. Other forms ignore it.
+    segment_ids: [B, L] integers: several examples packed end to end in a row, each one
+      contiguous run of one positive id, 0 at padding (`lion_jax.segments`). A query then sees
+      only the keys of its own example, and every example's outputs equal those of the example
+      alone, to the dtype's rounding. Padding tokens are masked as keys (as by key_mask, which
+      may also be given); their own outputs are meaningless. Not with convention="code" under
+      sequence_axis.
 
   Returns:
     [B, L, H, V] outputs in the dtype of `v`. Decays, cumulative sums, normalisers and states
@@ -148,6 +159,8 @@ def lion_attention(q, k, v, log_decay=None, *, form: str | LionForm = "auto",
   """
   _check_arrays(q, k, v, log_decay, key_mask)
   batch, length, heads, _ = q.shape
+  if segment_ids is not None:
+    segments.check_segment_ids(segment_ids, batch, length)
   value_dim = v.shape[-1]
   normalize = Normalize(check_choice("normalize", normalize))
   check_choice("convention", convention)
@@ -159,12 +172,36 @@ def lion_attention(q, k, v, log_decay=None, *, form: str | LionForm = "auto",
   form = resolve_form(form, length, chunk_size)
   if sequence_axis is not None:
     context_parallel.check_sequence_axis(sequence_axis, form.value)
+    if segment_ids is not None and check_choice("convention", convention) == "code":
+      raise ValueError("segment_ids with convention='code' cannot run with sequence_axis="
+                       f"{sequence_axis!r} (the shards' boundary gates would need each "
+                       "example's first gate); use convention='symmetric' or no sequence_axis.")
+  if segment_ids is not None and normalize is Normalize.BEFORE:
+    # Σ_j q_i·k_j over the query's own example only: the numerator is the "none" form's.
+    numerator = lion_attention(q, k, v, log_decay, form=form, convention=convention,
+                               normalize="none", key_mask=key_mask, chunk_size=chunk_size,
+                               eps=eps, sequence_axis=sequence_axis, state_pass=state_pass,
+                               residuals=residuals, segment_ids=segment_ids)
+    dtype = jnp.promote_types(jnp.promote_types(q.dtype, v.dtype), jnp.float32)
+    denominator = segments.example_key_dots(q.astype(dtype), k.astype(dtype), segment_ids,
+                                            key_mask)  # [B, L, H]
+    return (numerator.astype(dtype) / (denominator[..., None] + eps)).astype(v.dtype)
 
   out_dtype = v.dtype
   dtype = jnp.promote_types(jnp.promote_types(q.dtype, v.dtype), jnp.float32)
   q, k, v = (x.astype(dtype) for x in (q, k, v))
   given_log_decay = None if log_decay is None else jnp.asarray(log_decay, dtype)
   log_decay = per_token_log_decay(log_decay, batch, length, heads, value_dim, dtype)
+  gate_f = masks.forward_gate(log_decay, convention)
+  explicit_forward_gate = None  # the recomputing kernels derive theirs from the convention
+  if segment_ids is not None:
+    log_decay, gate_f = segments.separate_examples(log_decay, gate_f, segment_ids)
+    # Per token now, each example's first gate a barrier; [B, L, H] for one decay per head.
+    given_log_decay = log_decay[..., 0] if log_decay.shape[-1] == 1 else log_decay
+    if check_choice("convention", convention) == "code":
+      explicit_forward_gate = gate_f if gate_f.shape[-1] > 1 else gate_f[..., 0]
+    real = segment_ids > 0
+    key_mask = real if key_mask is None else key_mask & real
   if sequence_axis is not None and resolve_residuals(residuals, length) == "recomputed":
     out = context_parallel.context_parallel_recomputed(
         q, k, v, given_log_decay, key_mask, convention=check_choice("convention", convention),
@@ -176,7 +213,7 @@ def lion_attention(q, k, v, log_decay=None, *, form: str | LionForm = "auto",
     out = recomputed.recomputed_chunk_scan(
         q, k, v, given_log_decay, key_mask, convention=check_choice("convention", convention),
         normalize=normalize.value, chunk_size=chunk_size, eps=eps,
-        state_pass=check_choice("state_pass", state_pass))
+        state_pass=check_choice("state_pass", state_pass), forward_gate=explicit_forward_gate)
     return out.astype(out_dtype)
   if key_mask is not None:
     k = k * key_mask[:, :, None, None].astype(dtype)
@@ -188,10 +225,10 @@ def lion_attention(q, k, v, log_decay=None, *, form: str | LionForm = "auto",
   elif form in (LionForm.ATTENTION, LionForm.CHUNK, LionForm.CHUNK_SCAN):
     evaluate = {LionForm.ATTENTION: _attention, LionForm.CHUNK: _chunked_queries,
                 LionForm.CHUNK_SCAN: functools.partial(_chunk_scan, state_pass=state_pass)}[form]
-    numerator, denominator = evaluate(q, k, v, log_decay, convention, normalize, chunk_size)
+    numerator, denominator = evaluate(q, k, v, gate_f, log_decay, normalize, chunk_size)
   else:
     numerator, denominator = _recurrent(recurrent.CAUSAL_KERNELS[form.value], q, k, v,
-                                        log_decay, convention, normalize)
+                                        gate_f, log_decay, normalize)
   if normalize is Normalize.BEFORE:
     # Σ_j q_i·k_j without decays: one dot product with the summed (masked) keys.
     denominator = jnp.einsum("blhk,bhk->blh", q, k.sum(axis=1))[..., None]
@@ -239,9 +276,8 @@ def _check_numbers(chunk_size, eps):
     raise ValueError(f"eps={eps!r} must be a finite number >= 0.")
 
 
-def _recurrent(kernel, q, k, v, log_decay, convention, normalize):
+def _recurrent(kernel, q, k, v, gate_f, log_decay, normalize):
   """Numerator and decayed normaliser from a causal kernel run in both directions."""
-  gate_f = masks.forward_gate(log_decay, convention)
   gate_b = masks.backward_gate_flipped(log_decay)
   if normalize is not Normalize.AFTER:
     return recurrent.bidirectional(kernel, q, k, v, gate_f, gate_b), None
@@ -250,9 +286,8 @@ def _recurrent(kernel, q, k, v, log_decay, convention, normalize):
   return out[..., :v.shape[-1]], out[..., v.shape[-1]:]
 
 
-def _chunk_scan(q, k, v, log_decay, convention, normalize, chunk_size, state_pass="auto"):
+def _chunk_scan(q, k, v, gate_f, log_decay, normalize, chunk_size, state_pass="auto"):
   """Numerator and decayed normaliser from the bidirectional chunk kernel."""
-  gate_f = masks.forward_gate(log_decay, convention)
   if normalize is not Normalize.AFTER or log_decay.shape[-1] == 1:
     # One decay per head: the normaliser is a row sum of the same weights, no extra channel.
     return chunkwise.bidirectional_chunk_scan(q, k, v, gate_f, log_decay, chunk_size,
@@ -319,10 +354,11 @@ def _contract(scores, decay, v, normalize):
   return numerator, jnp.einsum("bhgij->bihg", weights)
 
 
-def _attention(q, k, v, log_decay, convention, normalize, chunk_size):
+def _attention(q, k, v, gate_f, log_decay, normalize, chunk_size):
   """Full form: the whole [B, H, G, L, L] mask from stable segment sums."""
   del chunk_size
-  decay = masks.lion_mask(jnp.moveaxis(log_decay, 1, -1), convention)  # [B, H, G, L, L]
+  decay = masks.mask_from_gates(jnp.moveaxis(gate_f, 1, -1),
+                                jnp.moveaxis(log_decay, 1, -1))  # [B, H, G, L, L]
   scores = jnp.einsum("bihk,bjhk->bhij", q, k)  # [B, H, L, L]
   return _contract(scores, decay, v, normalize)
 
@@ -346,15 +382,14 @@ def _relative_cumsum(gate, start):
   return right - left_exclusive
 
 
-def _chunked_queries(q, k, v, log_decay, convention, normalize, chunk_size):
+def _chunked_queries(q, k, v, gate_f, log_decay, normalize, chunk_size):
   """LION-Chunk (paper C.10): each query chunk, in parallel, accumulates over key chunks."""
   batch, length, heads, _ = q.shape
   chunk = max(1, min(chunk_size, length))
   num_chunks = -(-length // chunk)
   pad = num_chunks * chunk - length
   padded = lambda x: jnp.pad(x, [(0, 0), (0, pad), (0, 0), (0, 0)])
-  q, k, v, log_decay = map(padded, (q, k, v, log_decay))
-  gate_f = masks.forward_gate(log_decay, convention)
+  q, k, v, gate_f, log_decay = map(padded, (q, k, v, gate_f, log_decay))
   to_chunks = lambda x: jnp.moveaxis(x.reshape(batch, num_chunks, chunk, *x.shape[2:]), 1, 0)
   key_chunks = tuple(map(to_chunks, (k, v)))  # [N, B, C, H, ...] each
   positions = jnp.arange(num_chunks * chunk).reshape(num_chunks, chunk)

@@ -106,8 +106,20 @@ def lion_mask(log_decay: jnp.ndarray, convention: str | Convention = "symmetric"
   Returns:
     [..., L, L] mask M with M[..., i, j] for query i and key j; entries in (0, 1] when a ≤ 0.
   """
-  gate = forward_gate(log_decay, convention, axis=-1)
-  lower = jnp.exp(segsum(gate))  # [..., L, L] includes the unit diagonal
+  return mask_from_gates(forward_gate(log_decay, convention, axis=-1), log_decay)
+
+
+def mask_from_gates(forward: jnp.ndarray, log_decay: jnp.ndarray) -> jnp.ndarray:
+  """The L×L LION mask from its two triangles' gates (module docstring: f and a).
+
+  Args:
+    forward: [..., L] the lower triangle's log-gates f (`forward_gate`).
+    log_decay: [..., L] the upper triangle's log-gates a.
+
+  Returns:
+    [..., L, L] mask M with M[..., i, j] for query i and key j.
+  """
+  lower = jnp.exp(segsum(forward))  # [..., L, L] includes the unit diagonal
   upper = jnp.swapaxes(jnp.exp(segsum(log_decay)), -1, -2)  # [..., L, L] includes the unit diagonal
   return lower + upper - jnp.eye(log_decay.shape[-1], dtype=lower.dtype)
 

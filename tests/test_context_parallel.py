@@ -91,6 +91,32 @@ SCRIPT = textwrap.dedent("""
                                    err_msg=f"recomputed {decay_kind} {c} {n}")
     print("recomputed shards OK")
 
+    # Packed rows: examples that cross shard edges (shards of 10 tokens) give each example its
+    # definition alone, with stored and with recomputed shards.
+    layout = ((0, 12, 1), (12, 1, 2), (13, 9, 3), (27, 10, 4))  # (start, length, id); 22-26 pad
+    ids = np.zeros((2, 37), np.int32)
+    for start, length, example in layout:
+      ids[:, start:start + length] = example
+    ids[1, 27:] = 0  # row 1 ends in padding
+    q, k, v, log_decay, _ = make_inputs(37, "selective_vector", seed=8)
+    run = jax.jit(lambda q, k, v, log_decay, ids: [
+        lion_attention(q, k, v, log_decay, form="chunk_scan", chunk_size=CHUNK,
+                       sequence_axis="seq", residuals=r, segment_ids=ids)
+        for r in ("stored", "recomputed")])
+    with jax.enable_x64(True), jax.set_mesh(mesh):
+      got = run(q, k, v, log_decay, ids)
+    for row in range(2):
+      for start, length, example in layout:
+        if not (ids[row, start:start + length] == example).all():
+          continue
+        part = lambda x: x[row:row + 1, start:start + length]
+        expected = reference_lion(*map(part, (q, k, v, log_decay)))[0]
+        for residuals, g in zip(("stored", "recomputed"), got):
+          np.testing.assert_allclose(np.asarray(g)[row, start:start + length], expected,
+                                     rtol=1e-10, atol=1e-10,
+                                     err_msg=f"packed {residuals} row {row} example {example}")
+    print("packed rows OK")
+
     # Gradients (float64) equal those of the full form, which the unsharded tests check
     # against finite differences; "code" shifts the forward gate across shard boundaries. Each
     # shard's kernel stores its residuals, or recomputes them in segments of one chunk.
@@ -202,7 +228,7 @@ def test_sharded_chunk_scan_equals_definition_on_4_and_8_devices(shard_counts):
                         text=True, timeout=600)
   assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
   expected = [f"outputs OK {n}" for n in shard_counts.split(",")]
-  expected += ["recomputed shards OK", "gradients OK", "2 x 4 mesh OK",
+  expected += ["recomputed shards OK", "packed rows OK", "gradients OK", "2 x 4 mesh OK",
                "2 x 4 mesh, shards of different steepness OK"]
   for line in expected + (["retrieval model OK"] if "8" in shard_counts else []):
     assert line in proc.stdout
