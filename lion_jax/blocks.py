@@ -82,13 +82,19 @@ class S5Block(nnx.Module):
     full = config.activation == "full_glu"
     self.value = nnx.Linear(m, m, dtype=dtype, rngs=rngs) if full else None  # S5 out1
 
-  def __call__(self, x, mask=None, *, form: str | None = None, chunk_size: int | None = None):
+  def __call__(self, x, mask=None, *, form: str | None = None, chunk_size: int | None = None,
+               segment_ids=None):
     """Applies the block.
 
     Args:
       x: [B, L, M] residual stream.
-      mask: [B, L] bool token mask (False at padding), or None.
+      mask: [B, L] bool token mask (False at padding), or None; with packed rows pass
+        `segment_ids > 0`, which also keeps padding out of BatchNorm statistics.
       form, chunk_size: passed to the mixer (None: the config's).
+      segment_ids: [B, L] integer ids of packed rows (`lion_jax.segments`), or None; passed to the
+        mixer. Nothing else in the block reaches along the sequence; BatchNorm's training
+        statistics mix the examples of a batch packed or not, and a dropout mask is shared by
+        all the examples of a row (it is shared over time).
 
     Returns:
       [B, L, M] the updated residual stream.
@@ -96,7 +102,8 @@ class S5Block(nnx.Module):
     skip = x
     if self.prenorm:
       x = apply_norm(self.norm, x, mask)
-    x = self.mixer(x, mask, form=form, chunk_size=chunk_size)  # [B, L, M]
+    x = self.mixer(x, mask, form=form, chunk_size=chunk_size,
+                   segment_ids=segment_ids)  # [B, L, M]
     h = self.dropout(jax.nn.gelu(x))  # tanh-approximate GELU, as flax linen in S5
     if self.activation == "half_glu1":
       x = self.dropout(h * jax.nn.sigmoid(self.gate(h)))
@@ -130,9 +137,11 @@ class TransformerBlock(nnx.Module):
     self.mlp_out = nnx.Linear(hidden, m, dtype=config.compute_dtype, rngs=rngs)
     self.dropout = nnx.Dropout(config.dropout, broadcast_dims=(1,), rngs=rngs)
 
-  def __call__(self, x, mask=None, *, form: str | None = None, chunk_size: int | None = None):
+  def __call__(self, x, mask=None, *, form: str | None = None, chunk_size: int | None = None,
+               segment_ids=None):
     """Applies the block; arguments and result as in `S5Block.__call__`."""
-    y = self.mixer(apply_norm(self.norm1, x, mask), mask, form=form, chunk_size=chunk_size)
+    y = self.mixer(apply_norm(self.norm1, x, mask), mask, form=form, chunk_size=chunk_size,
+                   segment_ids=segment_ids)
     x = x + self.dropout(y)
     h = jax.nn.gelu(self.mlp_in(apply_norm(self.norm2, x, mask)))  # [B, L, r·M]
     return x + self.dropout(self.mlp_out(self.dropout(h)))
@@ -151,5 +160,5 @@ def zero_padding(x, mask):
   return x if mask is None else x * mask[..., None].astype(x.dtype)
 
 
-__all__ = ["MIXERS", "S5Block", "TransformerBlock", "apply_norm", "make_block", "make_mixer", "make_norm",
-           "zero_padding"]
+__all__ = ["MIXERS", "S5Block", "TransformerBlock", "apply_norm", "make_block",
+           "make_mixer", "make_norm", "zero_padding"]

@@ -156,7 +156,7 @@ def grid_lion_attention(q, k, v, log_decays: Sequence, *, grid=None,
                         convention: str = "symmetric", normalize: str | Normalize = "after",
                         key_mask=None, chunk_size: int = 64, eps: float = 1e-6,
                         sequence_axis: str | None = None, state_pass: str = "auto",
-                        residuals: str = "auto"):
+                        residuals: str = "auto", segment_ids=None):
   """LION attention whose decays run along scan orders of an H×W grid (module docstring).
 
   Args:
@@ -173,13 +173,16 @@ def grid_lion_attention(q, k, v, log_decays: Sequence, *, grid=None,
       `lion_attention`, applied to every scan.
     key_mask: [B, L] bool at raster positions; a key where it is False enters no sum in any scan.
     sequence_axis: as in `lion_attention`; only "raster" can split its sequence over devices.
+    segment_ids: [B, L] packed rows, as in `lion_attention`; only "raster" takes them (a grid
+      holds one image).
 
   Returns:
     [B, L, H, V] outputs at raster positions, in the dtype of `v`.
 
   Raises:
     ValueError: for an unknown `scan_order`, a missing grid or one with H·W ≠ L, a number of
-      log-decays that does not match the scans, or a snake order with a `sequence_axis`;
+      log-decays that does not match the scans, or a snake order with a `sequence_axis` or
+      `segment_ids`;
       `lion_attention` checks the rest.
   """
   scan_order = parse_scan_order(scan_order)
@@ -196,7 +199,11 @@ def grid_lion_attention(q, k, v, log_decays: Sequence, *, grid=None,
   if scan_order is ScanOrder.RASTER:
     options["sequence_axis"] = sequence_axis  # the grid is not used (nor checked: any L runs)
     return lion_attention(q, k, v, log_decays[0], normalize=normalize, key_mask=key_mask, eps=eps,
-                          **options)
+                          segment_ids=segment_ids, **options)
+  if segment_ids is not None:
+    raise ValueError(f"scan_order={scan_order.value!r} cannot take packed rows (segment_ids): "
+                     "a snake runs over one whole image. Use scan_order='raster', or rows "
+                     "without segment_ids (the image tasks are never padded).")
   if sequence_axis is not None:
     # A snake reverses every other row (or reads columns): its sequence interleaves tokens of
     # every shard of the raster order, so it cannot be split where the tokens lie.

@@ -156,7 +156,8 @@ class LionMixer(nnx.Module):
       out = base
     return out[..., 0] if self.groups == 1 else out
 
-  def __call__(self, x, mask=None, *, form: str | None = None, chunk_size: int | None = None):
+  def __call__(self, x, mask=None, *, form: str | None = None, chunk_size: int | None = None,
+               segment_ids=None):
     """Mixes a batch of sequences.
 
     Args:
@@ -164,6 +165,8 @@ class LionMixer(nnx.Module):
       mask: optional [B, L] bool, False at padding: padded keys enter no sum.
       form: evaluation form of `lion_attention`; None uses `config.form`.
       chunk_size: chunk length for "chunk"/"chunk_scan"; None uses `config.chunk_size`.
+      segment_ids: optional [B, L] integers of packed rows (`lion_jax.segments`): each
+        example sees only its own keys. Not with LION♮'s snake orders.
 
     Returns:
       [B, L, M] outputs (values at padded positions are meaningless but finite).
@@ -186,8 +189,8 @@ class LionMixer(nnx.Module):
                             key_mask=mask,
                             chunk_size=config.chunk_size if chunk_size is None else chunk_size,
                             eps=config.eps, sequence_axis=config.sequence_axis,
-                            state_pass=config.state_pass, residuals=config.residuals
-                            )  # [B, L, H, V]; lion_attention for scan_order="raster"
+                            state_pass=config.state_pass, residuals=config.residuals,
+                            segment_ids=segment_ids)  # [B, L, H, V]; lion_attention for scan_order="raster"
     y = y.reshape(batch, length, h * v)  # [B, L, M]
     return self.out_proj(y) if self.out_proj is not None else y
 

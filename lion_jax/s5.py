@@ -15,6 +15,10 @@ The S5 baseline of the LION paper's Table 7, set up as S5's LRA release configur
 Padding: the inputs at padded positions are zeroed before B̄, so the backward scan starts at the
 last real token with a zero state and a real example's outputs do not depend on the padding.
 
+Packed rows (`segment_ids`, `lion_jax.segments`): both scans restart at every run of one id. The
+forward scan drops the carried state at a run's first token (x_t = B̄u_t there) and the backward
+scan at a run's last token, so no state crosses from one example, or padding run, to the next.
+
 Shapes: B batch, L length, M = d_model, N = P/2 (conjugate symmetry) or P complex states.
 """
 
@@ -25,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from lion_jax import segments
 from lion_jax.config import ModelConfig
 
 
@@ -84,7 +89,8 @@ def _combine(left, right):
   return a_right * a_left, a_right * b_left + b_right
 
 
-def linear_recurrence(lambda_bar, bu, *, reverse: bool = False, method: str = "associative"):
+def linear_recurrence(lambda_bar, bu, *, reverse: bool = False, method: str = "associative",
+                      resets=None):
   """x_t = Λ̄ ⊙ x_{t−1} + bu_t along axis 1 from x = 0 (from the end when `reverse`).
 
   Args:
@@ -92,26 +98,40 @@ def linear_recurrence(lambda_bar, bu, *, reverse: bool = False, method: str = "a
     bu: [B, L, N] complex inputs B̄u_t.
     reverse: run right to left, x_t = Λ̄ ⊙ x_{t+1} + bu_t.
     method: "associative" (`lax.associative_scan`, S5's choice) or "linear" (`lax.scan`).
+    resets: optional [B, L] bool, True where the carried state is dropped: x_t = bu_t, as if the
+      sequence began at t (ended at t when `reverse`).
 
   Returns:
     [B, L, N] complex states.
   """
+  if resets is None:
+    multipliers = lambda_bar  # [N], the same at every step
+  else:
+    # A zero multiplier is an exact restart: every composition across t carries a factor 0.
+    multipliers = jnp.where(resets[..., None], 0, lambda_bar)  # [B, L, N]
   if method == "associative":
-    elements = (jnp.broadcast_to(lambda_bar, bu.shape), bu)
+    elements = (jnp.broadcast_to(multipliers, bu.shape), bu)  # [B, L, N] each
     _, states = jax.lax.associative_scan(_combine, elements, reverse=reverse, axis=1)
     return states
   if method == "linear":
-    def step(x, b_t):
-      x = lambda_bar * x + b_t
-      return x, x
-    _, states = jax.lax.scan(step, jnp.zeros((bu.shape[0], bu.shape[2]), bu.dtype),
-                             jnp.moveaxis(bu, 1, 0), reverse=reverse)
+    zeros = jnp.zeros((bu.shape[0], bu.shape[2]), bu.dtype)  # [B, N]
+    if resets is None:  # Λ̄ is the same at every step: carry no [B, L, N] multipliers
+      def step(x, b_t):
+        x = lambda_bar * x + b_t
+        return x, x
+      _, states = jax.lax.scan(step, zeros, jnp.moveaxis(bu, 1, 0), reverse=reverse)
+    else:
+      def step(x, a_b):
+        x = a_b[0] * x + a_b[1]
+        return x, x
+      _, states = jax.lax.scan(step, zeros, (jnp.moveaxis(multipliers, 1, 0),
+                                             jnp.moveaxis(bu, 1, 0)), reverse=reverse)
     return jnp.moveaxis(states, 0, 1)
   raise ValueError(f"ssm_scan={method!r} is not 'associative' or 'linear'.")
 
 
-def bidirectional_ssm(u, lambda_bar, b_bar, c_tilde, d, *, mask=None, conj_sym: bool = True,
-                      method: str = "associative"):
+def bidirectional_ssm(u, lambda_bar, b_bar, c_tilde, d, *, mask=None, segment_ids=None,
+                      conj_sym: bool = True, method: str = "associative"):
   """The bidirectional S5 SSM.
 
   Args:
@@ -121,18 +141,28 @@ def bidirectional_ssm(u, lambda_bar, b_bar, c_tilde, d, *, mask=None, conj_sym: 
     c_tilde: [M, 2N] complex read-out, forward states' columns first.
     d: [M] real feed-through.
     mask: optional [B, L] bool, False at padding: padded inputs enter no state.
+    segment_ids: optional [B, L] integer ids of a packed row (`lion_jax.segments`): both scans
+      restart at every run of one id, and id 0 is padding as where `mask` is False.
     conj_sym: the states stand for conjugate pairs: read out 2·Re.
     method: `linear_recurrence`'s method.
 
   Returns:
-    [B, L, M] outputs (at padded positions: D ⊙ u plus the states carried past the end).
+    [B, L, M] outputs (at padded positions: D ⊙ u plus the states carried past the end; zero
+    with `segment_ids`, where padding runs restart too).
   """
+  forward_resets = backward_resets = None
+  if segment_ids is not None:
+    real = segment_ids > 0  # [B, L]
+    mask = real if mask is None else mask & real
+    forward_resets = segments.segment_starts(segment_ids)  # [B, L]
+    backward_resets = segments.segment_ends(segment_ids)  # [B, L]
   if mask is not None:
     u = u * mask[..., None].astype(u.dtype)
   complex_dtype = jnp.result_type(u.dtype, jnp.complex64)
   bu = jnp.einsum("blm,nm->bln", u.astype(complex_dtype), b_bar.astype(complex_dtype))  # [B, L, N]
-  forward = linear_recurrence(lambda_bar, bu, method=method)  # [B, L, N]
-  backward = linear_recurrence(lambda_bar, bu, reverse=True, method=method)  # [B, L, N]
+  forward = linear_recurrence(lambda_bar, bu, method=method, resets=forward_resets)  # [B, L, N]
+  backward = linear_recurrence(lambda_bar, bu, reverse=True, method=method,
+                               resets=backward_resets)  # [B, L, N]
   states = jnp.concatenate([forward, backward], axis=-1)  # [B, L, 2N]
   y = jnp.einsum("bln,mn->blm", states, c_tilde.astype(complex_dtype)).real  # [B, L, M]
   return (2.0 * y if conj_sym else y) + d * u
@@ -206,17 +236,22 @@ class S5Mixer(nnx.Module):
     """(Λ̄ [N], B̄ [N, M]) complex, by zero-order hold."""
     return zoh(self.eigenvalues(), self.log_step[...], self.b_re[...] + 1j * self.b_im[...])
 
-  def __call__(self, x, mask=None, *, form: str | None = None, chunk_size: int | None = None):
+  def __call__(self, x, mask=None, *, form: str | None = None, chunk_size: int | None = None,
+               segment_ids=None):
     """Mixes [B, L, M] → [B, L, M]; `mask` [B, L] bool is False at padding.
 
     `form` and `chunk_size` pick LION's evaluation form; S5 has one, so only None or the config's
-    own `form` are accepted (the trainer passes the latter).
+    own `form` are accepted (the trainer passes the latter). `segment_ids` [B, L] integer packs
+    several examples in a row (`lion_jax.segments`): each example's outputs are its own alone.
     """
     self.config.check_single_form(form, chunk_size)
+    if segment_ids is not None:
+      segments.check_segment_ids(segment_ids, x.shape[0], x.shape[1])
     lambda_bar, b_bar = self.discretize()
     c_tilde = self.c_re[...] + 1j * self.c_im[...]
     compute = jnp.promote_types(x.dtype, jnp.float32)  # bf16 → f32; f64 stays
     y = bidirectional_ssm(x.astype(compute), lambda_bar, b_bar, c_tilde, self.d[...],
-                          mask=mask, conj_sym=self.config.conj_sym, method=self.config.ssm_scan)
+                          mask=mask, segment_ids=segment_ids, conj_sym=self.config.conj_sym,
+                          method=self.config.ssm_scan)
     return y.astype(x.dtype)
 

@@ -6,7 +6,9 @@
     row:          a a a a b b c c c 0 0 d d 0
     segment_ids:  1 1 1 1 2 2 3 3 3 0 0 4 4 0
 
-Nothing may flow between two examples. LION's mask gives that by its gates: the mask entry of
+Nothing may flow between two examples. S5's scans restart at each run (`lion_jax.s5`: a zero
+multiplier at a run's first token forward, at its last token backward), softmax attention takes
+the block-diagonal mask `same_segment`, and LION's mask gives it by its gates: the mask entry of
 query i and key j multiplies the gates of the tokens between them (`lion_jax.masks`), and every
 pair from two different examples has the first token of the later example between them (in the
 "code" convention's lower triangle, the gate that token's query applies to its left context).
@@ -42,7 +44,7 @@ def check_segment_ids(segment_ids, batch: int, length: int) -> None:
   if tuple(segment_ids.shape) != (batch, length):
     raise ValueError(f"segment_ids has shape {tuple(segment_ids.shape)}; expected [B, L]="
                      f"[{batch}, {length}], the batch and length of q.")
-  if not jnp.issubdtype(segment_ids.dtype, jnp.integer):
+  if not jnp.issubdtype(segment_ids.dtype, jnp.integer):  # bool too: that is a mask, not ids
     raise TypeError(f"segment_ids must be integers (0 at padding, one positive id per example);"
                     f" got dtype {segment_ids.dtype}.")
   if isinstance(segment_ids, jax.core.Tracer):
@@ -63,14 +65,45 @@ def check_segment_ids(segment_ids, batch: int, length: int) -> None:
                        "of tokens; give each packed example its own id.")
 
 
-def example_starts(segment_ids):
-  """[B, L] bool: True at the first token of each run of equal ids (and at t = 0).
+def segment_starts(segment_ids):
+  """Where a run of one id begins: the first token of each example and of each padding run.
 
   Args:
-    segment_ids: [B, L] integers.
+    segment_ids: [B, L] integer ids.
+
+  Returns:
+    [B, L] bool, True at t = 0 and where segment_ids[:, t] != segment_ids[:, t − 1].
   """
-  previous = jnp.pad(segment_ids[:, :-1], [(0, 0), (1, 0)], constant_values=-1)  # [B, L]
-  return segment_ids != previous
+  changed = segment_ids[:, 1:] != segment_ids[:, :-1]  # [B, L − 1]
+  return jnp.concatenate([jnp.ones_like(changed[:, :1]), changed], axis=1)
+
+
+def segment_ends(segment_ids):
+  """Where a run of one id ends: `segment_starts` read from the right.
+
+  Args:
+    segment_ids: [B, L] integer ids.
+
+  Returns:
+    [B, L] bool, True at t = L − 1 and where segment_ids[:, t] != segment_ids[:, t + 1].
+  """
+  changed = segment_ids[:, 1:] != segment_ids[:, :-1]  # [B, L − 1]
+  return jnp.concatenate([changed, jnp.ones_like(changed[:, :1])], axis=1)
+
+
+def same_segment(segment_ids):
+  """Which tokens may see which: the block-diagonal mask of a packed row (softmax attention).
+
+  Args:
+    segment_ids: [B, L] integer ids.
+
+  Returns:
+    [B, L, L] bool, True at [b, i, j] when tokens i and j lie in the same example (one run of
+    one positive id); a padding token (id 0) sees and is seen by none.
+  """
+  runs = run_index(segment_ids)  # [B, L]
+  same_run = runs[:, :, None] == runs[:, None, :]  # [B, L, L]
+  return same_run & (segment_ids > 0)[:, None, :]
 
 
 def barrier(dtype) -> float:
@@ -89,14 +122,14 @@ def separate_examples(log_decay, forward_gate, segment_ids):
   Returns:
     (a, f), each [B, L, H, G].
   """
-  lowered = jnp.where(example_starts(segment_ids), -barrier(log_decay.dtype), 0.0)  # [B, L]
+  lowered = jnp.where(segment_starts(segment_ids), -barrier(log_decay.dtype), 0.0)  # [B, L]
   lowered = lowered.astype(log_decay.dtype)[:, :, None, None]
   return log_decay + lowered, forward_gate + lowered
 
 
 def run_index(segment_ids):
   """[B, L] int32: the index of each token's run of equal ids within its row (0, 1, ...)."""
-  return jnp.cumsum(example_starts(segment_ids), axis=1, dtype=jnp.int32) - 1
+  return jnp.cumsum(segment_starts(segment_ids), axis=1, dtype=jnp.int32) - 1
 
 
 def example_key_dots(q, k, segment_ids, key_mask=None):
