@@ -8,6 +8,13 @@ The sequence mixer inside every block is `config.mixer`: "lion" (default), "s5" 
     model = LraClassifier(preset("listops"), num_classes=10, vocab_size=20, rngs=nnx.Rngs(0))
     logits = model(tokens, lengths)                      # [B, 10], training mode (dropout, BN stats)
     model.eval(); logits = model(tokens, lengths, form="rnn")   # same weights, recurrent form
+    logits = model.packed(tokens, segment_ids, positions, example_rows, example_ids)  # [N, 10]
+
+Packed rows (`LraClassifier.packed`): several examples end to end in each row, told apart by
+`segment_ids` (`lion_jax.segments`). Every mixer keeps the examples apart, positions count
+from each example's start, BatchNorm sees the same real tokens as in a padded batch, and each
+example is pooled over its own tokens, so an example gets the logits it gets padded alone (to
+float32 rounding; dropout masks, shared over time, are shared by the examples of a row).
 
 Padding: positions ≥ length are padding. They are masked from the attention (no key enters a sum),
 from BatchNorm statistics and from pooling, and the residual stream is zeroed there after the
@@ -67,15 +74,20 @@ class InputEncoder(nnx.Module):
       self.embed = None
       self.dense = nnx.Linear(1, config.d_model, dtype=config.compute_dtype, rngs=rngs)
 
-  def __call__(self, inputs):
-    """[B, L] ids or pixel values → [B, L, M] features (plus positions with "sinusoidal")."""
+  def __call__(self, inputs, positions=None):
+    """[B, L] ids or pixel values → [B, L, M] features (plus positions with "sinusoidal").
+
+    `positions` [B, L] int counts each token's place from its example's start in packed rows
+    (None: 0, 1, …, L − 1 in every row).
+    """
     if self.embed is not None:
       x = self.embed(inputs.astype(jnp.int32))
     else:
       pixels = (inputs.astype(jnp.float32) / 255.0 - self.mean) / self.std  # [B, L]
       x = self.dense(pixels[..., None])
     if self.positional == "sinusoidal":
-      x = x + sinusoidal_positions(x.shape[1], x.shape[2]).astype(x.dtype)
+      table = sinusoidal_positions(x.shape[1], x.shape[2]).astype(x.dtype)  # [L, M]
+      x = x + (table if positions is None else table[positions])
     return x
 
 
@@ -105,25 +117,28 @@ class LionEncoder(nnx.Module):
     self.inputs = InputEncoder(config, vocab_size, rngs=rngs)
     self.blocks = nnx.List([make_block(config, rngs=rngs) for _ in range(config.num_layers)])
 
-  def __call__(self, inputs, mask, *, form: str | None = None, chunk_size: int | None = None):
+  def __call__(self, inputs, mask, *, form: str | None = None, chunk_size: int | None = None,
+               segment_ids=None, positions=None):
     """Encodes a batch.
 
     Args:
       inputs: [B, L] token ids or pixel values.
       mask: [B, L] bool, False at padding.
       form, chunk_size: mixer evaluation form (None: the config's).
+      segment_ids: [B, L] integers of packed rows (`lion_jax.segments`), or None.
+      positions: [B, L] each token's place in its example (packed rows), or None.
 
     Returns:
       [B, L, M] features, zero at padding.
     """
-    def run(block, x, mask):
-      return block(x, mask, form=form, chunk_size=chunk_size)
+    def run(block, x, mask, segment_ids):
+      return block(x, mask, form=form, chunk_size=chunk_size, segment_ids=segment_ids)
 
     if self.remat:  # recompute each block's activations in the backward pass
       run = nnx.remat(run)
-    x = zero_padding(self.inputs(inputs), mask)  # [B, L, M]
+    x = zero_padding(self.inputs(inputs, positions), mask)  # [B, L, M]
     for block in self.blocks:
-      x = zero_padding(run(block, x, mask), mask)
+      x = zero_padding(run(block, x, mask, segment_ids), mask)
     return x
 
 
@@ -145,6 +160,27 @@ def masked_mean(x, mask):
   weights = mask.astype(jnp.float32)[..., None]  # [B, L, 1]
   count = jnp.maximum(weights.sum(axis=1), 1.0)  # [B, 1]
   return (x.astype(jnp.float32) * weights).sum(axis=1) / count  # float32 sums over long L
+
+
+def example_means(x, segment_ids, example_rows, example_ids):
+  """Mean features of packed examples, each over its own tokens.
+
+  Args:
+    x: [R, L, M] features of packed rows.
+    segment_ids: [R, L] ids, 0 at padding, each example's id in 1 … L.
+    example_rows, example_ids: [N, ...] int: the row holding each example and its id there.
+
+  Returns:
+    [N, ..., M] float32; an example with no tokens pools to zeros.
+  """
+  rows, length, width = x.shape
+  groups = (jnp.arange(rows)[:, None] * (length + 1) + segment_ids).reshape(-1)  # [R·L]
+  sums = jax.ops.segment_sum(x.reshape(rows * length, width).astype(jnp.float32), groups,
+                             num_segments=rows * (length + 1))  # [R·(L+1), M]
+  counts = jax.ops.segment_sum(jnp.ones(groups.shape, jnp.float32), groups,
+                               num_segments=rows * (length + 1))  # [R·(L+1)]
+  index = example_rows * (length + 1) + example_ids  # [N, ...]
+  return sums[index] / jnp.maximum(counts[index], 1.0)[..., None]
 
 
 class RetrievalHead(nnx.Module):
@@ -217,6 +253,31 @@ class LraClassifier(nnx.Module):
     pooled = masked_mean(x, mask)  # [B', M]
     if self.dual_input:
       pooled = pooled.reshape(batch, 2, -1)  # [B, 2, M]
+    return self._classify(pooled)
+
+  def packed(self, inputs, segment_ids, positions, example_rows, example_ids, *,
+             form: str | None = None, chunk_size: int | None = None):
+    """Classifies examples packed end to end in rows (`lra.data.packing`).
+
+    Args:
+      inputs: int [R, L] tokens of R rows.
+      segment_ids: int [R, L], 0 at padding, one id in 1 … L per example (or document) of a row.
+      positions: int [R, L] each token's place in its example, from 0.
+      example_rows, example_ids: int [N] (or [N, 2] with dual_input: both documents, which may
+        lie in different rows) the row and id of each example.
+      form, chunk_size: as in `__call__`.
+
+    Returns:
+      [N, C] logits (float32), example n's equal to those of `__call__` on it padded alone.
+    """
+    mask = segment_ids > 0  # [R, L]
+    x = self.encoder(inputs, mask, form=form, chunk_size=chunk_size, segment_ids=segment_ids,
+                     positions=positions)  # [R, L, M]
+    return self._classify(example_means(x, segment_ids, example_rows, example_ids))
+
+  def _classify(self, pooled):
+    """[B, M] (or [B, 2, M] with dual_input) pooled features → [B, C] logits."""
+    if self.dual_input:
       return self.head(pooled[:, 0], pooled[:, 1])
     return self.head(pooled)
 
