@@ -306,6 +306,10 @@ def get_base_config(task: str, arg: str | None, *, batch_size: int, num_epochs: 
   config.batch_size = batch_size
   # Evaluation batch size (0: same as batch_size); the last batch is padded and masked.
   config.eval_batch_size = 0
+  # Train on packed rows: each step's batch_size examples end to end in fewer rows, each
+  # example kept apart by every mixer (lra/data/packing.py; docs/usage.md). Token tasks only;
+  # evaluation stays padded.
+  config.packing = False
   config.num_epochs = num_epochs
   # When > 0, train exactly this many steps instead of num_epochs.
   config.num_train_steps = 0

@@ -146,13 +146,23 @@ def _sums(logits, labels, mask) -> dict[str, jax.Array]:
           "count": jnp.sum(weights)}
 
 
+def classify(model, batch: dict[str, jax.Array], form: str | None = None):
+  """[B, C] logits of a padded batch ("lengths") or a packed one ("segment_ids")."""
+  if "segment_ids" in batch:
+    return model.packed(batch["inputs"], batch["segment_ids"], batch["positions"],
+                        batch["example_rows"], batch["example_ids"], form=form)
+  return model(batch["inputs"], batch["lengths"], form=form)
+
+
 def train_step(graphdef, state, batch: dict[str, jax.Array]):
   """One AdamW step; pure, so `jax.jit` with `donate_argnums=0` can reuse the buffers.
 
   Args:
     graphdef: the train-mode graphdef of (model, optimizer) (bound with functools.partial).
     state: the split state; the dropout RNG counter inside advances every step.
-    batch: "inputs" [B, L] or [B, 2, L], "lengths", "labels" [B], "example_mask" [B].
+    batch: "inputs" [B, L] or [B, 2, L], "lengths", "labels" [B], "example_mask" [B]; or a
+      packed batch (`lra.data.packing`): "inputs", "segment_ids", "positions" [R, L'],
+      "example_rows", "example_ids", "labels", "example_mask" [B].
 
   Returns:
     (new state, {"loss_sum", "correct_sum", "count", "grad_norm", "param_norm"}).
@@ -161,7 +171,7 @@ def train_step(graphdef, state, batch: dict[str, jax.Array]):
   model, optimizer = nnx.merge(graphdef, state)
 
   def loss_fn(model):
-    logits = model(batch["inputs"], batch["lengths"])  # [B, C]
+    logits = classify(model, batch)  # [B, C]
     sums = _sums(logits, batch["labels"], batch["example_mask"])
     return sums["loss_sum"] / jnp.maximum(sums["count"], 1.0), sums
 

@@ -34,6 +34,7 @@ from ml_collections import config_dict
 from lion_jax.config import ModelConfig
 from lion_jax.options import ConfigError
 from lra import checkpoint, metrics, optim, resume, run_records, steps
+from lra.data import packing
 from lra.data.batching import make_loader
 from lra.data.errors import MissingDataError
 from lra.tasks import TaskInfo, load_task
@@ -44,7 +45,7 @@ CONFIG_FIELDS = (
     "batch_size", "eval_batch_size", "num_epochs", "num_train_steps", "learning_rate",
     "warmup_epochs", "weight_decay", "decay_learning_rate", "b1", "b2", "grad_clip_norm",
     "param_groups", "log_every_steps", "eval_every_steps", "checkpoint_every_steps",
-    "max_checkpoints_to_keep", "eval_form", "mesh", "model")
+    "max_checkpoints_to_keep", "eval_form", "mesh", "packing", "model")
 RESULTS_FILE = "results.json"
 
 
@@ -348,8 +349,7 @@ def train_and_evaluate(config: config_dict.ConfigDict, workdir: str,
   setup = _setup(config, info, model_config, schedule.total_steps, schedule.steps_per_epoch)
   train_fn, eval_fn = steps.jit_train_step(setup), steps.jit_eval_step(setup, eval_form(config))
   ckpt = checkpoint.Checkpointer(workdir, config.max_checkpoints_to_keep)
-  train_iter = make_loader(splits["train"], batch_size=config.batch_size, seed=config.seed,
-                           shuffle=True, drop_remainder=True)
+  train_iter = _train_batches(config, splits["train"], info, model_config, setup.mesh)
   state, meta = _resume(ckpt, setup.state, train_iter, workdir, schedule)
   if is_main and changes:
     resume.record_changes(workdir, meta["step"], changes)
@@ -415,6 +415,31 @@ def train_and_evaluate(config: config_dict.ConfigDict, workdir: str,
     (workdir / RESULTS_FILE).write_text(json.dumps(results, indent=2) + "\n")
     metrics.plot_curves(workdir)
   return results
+
+
+def _train_batches(config, split, info: TaskInfo, model_config: ModelConfig, mesh):
+  """The training batch iterator: padded rows, or packed ones with `config.packing`."""
+  if not config.packing:
+    return make_loader(split, batch_size=config.batch_size, seed=config.seed, shuffle=True,
+                       drop_remainder=True)
+  if info.input_kind != "tokens":
+    raise ConfigError(f"config.packing=True packs variable-length token sequences; "
+                      f"{config.task!r} has images of one size, never padded. Leave "
+                      "config.packing False.")
+  if model_config.scan_order != "raster":
+    raise ConfigError(f"config.packing=True cannot pack rows for "
+                      f"config.model.scan_order={model_config.scan_order!r}; use 'raster'.")
+  rows, row_length = packing.choose_rows(
+      split.lengths, batch_size=config.batch_size, length=split.inputs.shape[-1],
+      seed=config.seed, multiple=mesh.shape[steps.DATA_AXIS],
+      max_factor=1 if model_config.mixer == "softmax" else 4)
+  logging.info("packing %d examples a step into %d rows of %d tokens: padding %.1f%% of the "
+               "token slots (padded: %.1f%%)", config.batch_size, rows, row_length,
+               100 * packing.padding_share(split.lengths, row_length, rows, config.batch_size),
+               100 * packing.padding_share(split.lengths, split.inputs.shape[-1], None,
+                                           config.batch_size))
+  return packing.PackedBatchIterator(split, batch_size=config.batch_size, rows=rows,
+                                     row_length=row_length, seed=config.seed)
 
 
 def _resume(ckpt: checkpoint.Checkpointer, state, train_iter, workdir: Path,

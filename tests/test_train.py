@@ -147,9 +147,8 @@ def test_eval_mode_in_three_forms_reproduces_test_accuracy(finished_run):
     assert report["peak_memory_bytes"] > 0 and report["seconds"] > 0
 
 
-def test_resume_after_interruption_matches_an_uninterrupted_run(finished_run, data_dir, tmp_path,
-                                                                 monkeypatch):
-  config, full_dir, full = finished_run
+def killed_in_step_5(config, workdir, monkeypatch):
+  """Runs a tiny config until it dies in step 5, after step 3's evaluation and checkpoint."""
   calls = {"n": 0}
   real_shard = steps.shard_batch
 
@@ -165,9 +164,15 @@ def test_resume_after_interruption_matches_an_uninterrupted_run(finished_run, da
 
   monkeypatch.setattr(steps, "shard_batch", dying_shard)
   with pytest.raises(Killed):
-    train.train_and_evaluate(config, str(tmp_path), progress=False)
-  assert checkpoint.Checkpointer(tmp_path).latest_step() == 3
+    train.train_and_evaluate(config, str(workdir), progress=False)
+  assert checkpoint.Checkpointer(workdir).latest_step() == 3
   monkeypatch.setattr(steps, "shard_batch", real_shard)
+
+
+def test_resume_after_interruption_matches_an_uninterrupted_run(finished_run, data_dir, tmp_path,
+                                                                 monkeypatch):
+  config, full_dir, full = finished_run
+  killed_in_step_5(config, tmp_path, monkeypatch)
   resumed = train.train_and_evaluate(config, str(tmp_path), progress=False)
   for key in ("best_val_accuracy", "test_accuracy", "test_loss", "best_step", "num_params"):
     assert resumed[key] == full[key], key
