@@ -1,0 +1,149 @@
+"""Training examples per second, packed rows against padded ones, side by side in one process.
+
+  .venv/bin/python bench/packing.py                                     # ListOps preset, batch 8
+  .venv/bin/python bench/packing.py --preset cpu_long --batch 32        # the cpu_long preset
+  .venv/bin/python bench/packing.py --tasks text --batch 8              # Text (lengths below)
+  .venv/bin/python bench/packing.py --quick                             # runlocal, seconds
+
+For each task × variant × batch size: the same B examples (lengths drawn as below, tokens
+random) as one padded batch (B rows of L) and as one packed batch (`lra.data.packing`: R rows
+of L' chosen by `choose_rows` from the sampled lengths, as `config.packing` does), each through
+the real training step (`lra.steps.jit_train_step`), timed interleaved by the shared harness.
+Reports examples/s for both, their ratio, XLA's temp + output bytes per example, and the
+padding share of the token slots.
+
+Lengths:
+  listops  the generator's own (`lra.data.generators.listops.sample`, 2000 expressions with the
+           config's min/max lengths: 501-1999 for the preset, median 953).
+  text     IMDB reviews as bytes: log-normal with median 979 and σ = 0.74 (mean ≈ 1290), cut
+           to [10, L]. IMDB's reviews average 230 words (Maas et al., 2011), about 1300
+           characters, and are right-skewed with a long tail; the LRA byte-level task truncates
+           at L = 4096, which this keeps (about 3% of the samples are cut).
+  retrieval  not measured: AAN's document lengths are not available here to state honestly.
+
+Writes packing.json to bench/results/ (git-ignored; `--publish`: docs/bench/).
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import sys
+
+import numpy as np
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+import harness  # noqa: E402
+import train_step  # noqa: E402
+from lra import steps  # noqa: E402
+from lra.data import listops as listops_data  # noqa: E402
+from lra.data import packing  # noqa: E402
+from lra.data.generators import listops as listops_generator  # noqa: E402
+from lra.data.split import Split  # noqa: E402
+
+SAMPLES = 2000
+
+
+def sample_lengths(task: str, config, seq_len: int, seed: int = 0) -> np.ndarray:
+  """[SAMPLES] example lengths of `task` (module docstring)."""
+  if task == "listops":
+    generate = dict(config.generate or {})
+    rows = listops_generator.sample(SAMPLES, min_length=generate.get("min_length", 500),
+                                    max_length=generate.get("max_length", 2000), seed=seed)
+    return np.minimum([len(listops_data.tokenize(text)) for text, _ in rows], seq_len)
+  if task == "text":
+    rng = np.random.default_rng(seed)
+    return np.clip(rng.lognormal(np.log(979), 0.74, SAMPLES).astype(int), 10, seq_len)
+  raise SystemExit(f"--tasks {task}: no length distribution to state (module docstring)")
+
+
+def split_of(lengths: np.ndarray, info, seq_len: int, seed: int = 0) -> Split:
+  rng = np.random.default_rng(seed)
+  tokens = rng.integers(1, info.vocab_size, (len(lengths), seq_len))
+  inputs = (tokens * (np.arange(seq_len) < lengths[:, None])).astype(np.int32)
+  return Split(inputs, lengths.astype(np.int32), rng.integers(0, info.num_classes,
+                                                              len(lengths)).astype(np.int32))
+
+
+def cases_for(task, variant, batch_size, preset, split):
+  """(padded case, packed case, layout) for one task × variant × batch size."""
+  config, info, seq_len = train_step.task_config(task, variant + (f",{preset}" if preset else ""))
+  config.batch_size = batch_size
+  setup, model_config = train_step.make_setup(config, info, None, None)
+  rows, row_length = packing.choose_rows(
+      split.lengths, batch_size=batch_size, length=seq_len, seed=0,
+      max_factor=1 if model_config.mixer == "softmax" else 4)
+  packed = next(packing.PackedBatchIterator(split, batch_size=batch_size, rows=rows,
+                                            row_length=row_length, seed=0))
+  # The padded batch holds examples of the same lengths as those the packed step placed.
+  lengths = np.asarray([(packed["segment_ids"][r] == i).sum()
+                        for r, i in zip(packed["example_rows"], packed["example_ids"])])
+  padded = {"inputs": np.stack([np.pad(np.ones(n, np.int32), (0, seq_len - n)) for n in lengths]),
+            "lengths": lengths.astype(np.int32), "labels": packed["labels"],
+            "example_mask": packed["example_mask"]}
+  info_fields = dict(task=task, variant=variant, preset=preset or "paper", batch=batch_size,
+                     seq_len=seq_len, rows=rows, row_length=row_length,
+                     mixer=model_config.mixer, d_model=model_config.d_model,
+                     layers=model_config.num_layers,
+                     padding_share_padded=packing.padding_share(lengths, seq_len, None,
+                                                                batch_size),
+                     padding_share_packed=packing.padding_share(lengths, row_length, rows,
+                                                                batch_size))
+  made = []
+  for layout, batch in (("padded", padded), ("packed", packed)):
+    setup, _ = train_step.make_setup(config, info, None, None)
+    made.append(harness.Case(f"{task} {variant} B={batch_size} {layout}",
+                             steps.jit_train_step(setup),
+                             (setup.state, steps.shard_batch(batch, setup.mesh)),
+                             info=dict(info_fields, layout=layout), threads_state=True))
+  return made
+
+
+def main(argv=None):
+  p = argparse.ArgumentParser(description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+  p.add_argument("--tasks", default="listops")
+  p.add_argument("--variants", default="lion_s,lion_d,s5,transformer")
+  p.add_argument("--batch", default="8", help="comma list of batch sizes")
+  p.add_argument("--preset", default="", choices=("", "runlocal", "cpu", "cpu_long"))
+  harness.add_common_args(p, repeats=5, case_budget_s=120.0, mem_budget_gb=16.0)
+  args = p.parse_args(argv)
+  if args.quick:
+    args.preset, args.variants, args.batch, args.repeats = "runlocal", "lion_s,s5", "8", 3
+  out_dir, name = harness.output_path(args, "packing")
+  records = []
+  for task in args.tasks.split(","):
+    base, info, seq_len = train_step.task_config(
+        task, "lion_s" + (f",{args.preset}" if args.preset else ""))
+    split = split_of(sample_lengths(task, base, seq_len), info, seq_len)
+    print(f"{task}: {len(split)} sampled lengths, median {np.median(split.lengths):.0f}, mean "
+          f"{split.lengths.mean():.0f}, L = {seq_len}; padding share of padded rows "
+          f"{packing.padding_share(split.lengths, seq_len):.3f}", flush=True)
+    for batch_size in (int(b) for b in args.batch.split(",")):
+      for variant in args.variants.split(","):
+        cases = cases_for(task, variant, batch_size, args.preset, split)
+        harness.run_group(cases, args.mem_budget_gb, repeats=args.repeats,
+                          budget_s=args.case_budget_s)
+        padded, packed = (harness.record(c) for c in cases)
+        for r in (padded, packed):
+          if "median_s" in r:
+            r["examples_per_s"] = r["batch"] / r["median_s"]
+            r["bytes_per_example"] = r.get("temp_plus_output_bytes", 0) / r["batch"]
+        if "examples_per_s" in padded and "examples_per_s" in packed:
+          packed["speedup"] = packed["examples_per_s"] / padded["examples_per_s"]
+          print(f"  -> {variant} B={batch_size}: {packed['rows']} rows of {packed['row_length']}"
+                f", padding {packed['padding_share_padded']:.2f} -> "
+                f"{packed['padding_share_packed']:.2f}; examples/s "
+                f"{padded['examples_per_s']:.2f} -> {packed['examples_per_s']:.2f} "
+                f"({packed['speedup']:.2f}x); memory/example "
+                f"{harness.fmt_bytes(padded['bytes_per_example'])} -> "
+                f"{harness.fmt_bytes(packed['bytes_per_example'])}", flush=True)
+        records += [padded, packed]
+        harness.write_json(name, records, out_dir)
+  print(f"wrote {out_dir / (name + '.json')}")
+
+
+if __name__ == "__main__":
+  main()
