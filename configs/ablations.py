@@ -103,6 +103,19 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "table7": ("transformer", "s5", "lion_lit", "lion_d", "lion_s"),
 }
 
+# Defaults that changed what a variant's command trains, by the dotted config field: the commit
+# that changed it and what changed. `lra.sweep_report` marks a result whose recorded config
+# differs from today's (†) and names the change from this table; a field that is not listed
+# here is marked all the same, with the commit the run ran at.
+DEFAULT_CHANGES: dict[str, tuple[str, str]] = {
+    "model.selective_mode": ("5509615", "LION-S's gate adds its own rate to the HiPPO base, "
+                             "docs/paper_notes.md §13"),
+    "model.v_init": ("5509615", "W_v starts at the identity, docs/paper_notes.md §13"),
+    "model.positional": ("7581f2e", "positions for LION-D and LION-LIT, docs/paper_notes.md §14"),
+    "model.fixed_gate": ("c5e0334", "LION-D's learnt gate on the HiPPO base, "
+                         "docs/paper_notes.md §15"),
+}
+
 # Row labels as the paper prints them.
 LABELS: dict[str, str] = {
     "lion_lit": "LION-LIT",

@@ -27,10 +27,11 @@ CONFIG_FILE = "config.json"
 CHANGES_FILE = "config_changes.jsonl"
 
 # Fields added after runs were first stored, with the value that gives a stored run lacking them
-# the run it was: runs written before `mesh` existed were all-data; LION-D before its gate (the
-# model's own table, `lion_jax.config.VALUES_BEFORE_FIELD`).
+# the run it was: runs written before `mesh` existed were all-data, before `packing` padded;
+# LION-D before its gate (the model's own table, `lion_jax.config.VALUES_BEFORE_FIELD`).
 VALUES_BEFORE_FIELD: dict[str, Any] = {
     "mesh": list(common.DEFAULT_MESH),
+    "packing": False,
     **{f"model.{name}": value for name, value in MODEL_VALUES_BEFORE_FIELD.items()},
 }
 

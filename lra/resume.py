@@ -64,7 +64,7 @@ def has_checkpoints(workdir: Path) -> bool:
   return latest.is_dir() and any(latest.iterdir())
 
 
-def _is_read(field: str, current: dict[str, Any]) -> bool:
+def is_read(field: str, current: dict[str, Any]) -> bool:
   """Whether the model reads `field`; LION-D's gate switch means nothing to other decays, so a
   run stored before the field existed resumes under any value there."""
   return field != "model.fixed_gate" or current.get("model.decay") == "fixed"
@@ -110,7 +110,7 @@ def check_resumable(config: config_dict.ConfigDict, workdir: str | Path) -> dict
   changed = {field: (stored.get(field, absent), current.get(field, absent))
              for field in sorted(stored.keys() | current.keys())
              if stored.get(field, absent) != current.get(field, absent)
-             and _is_read(field, current)}
+             and is_read(field, current)}
   refused = {f: values for f, values in changed.items() if not _may_change(f, *values)}
   if refused:
     fields = ", ".join(f"{field}: {old!r} in {workdir / CONFIG_FILE}, {new!r} now"

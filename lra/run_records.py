@@ -6,7 +6,11 @@
                 (plus "returncode", added by the sweep). A run that exits non-zero without
                 writing one (e.g. a bad flag absl rejects before training) gets a record from the
                 sweep with "type": null.
-  sweep.lock    the pid of the sweep running it; command.txt, sweep.log: its command and output.
+  sweep.lock    the pid of the sweep running it; command.txt, sweep.log: its command and output;
+                starts.jsonl: one line per (re)start, {"time", "commit"} of the code it started at.
+
+A sweep with `--records` also keeps each finished run's small files in a second folder
+(`lra.sweep_records`); a run whose workdir holds no outcome takes its status from there.
 """
 
 from __future__ import annotations
@@ -21,18 +25,21 @@ FAILED_FILE = "failed.json"
 LOCK_FILE = "sweep.lock"
 LOG_FILE = "sweep.log"
 COMMAND_FILE = "command.txt"
+STARTS_FILE = "starts.jsonl"
 # The exception `lra.train` raises on a NaN or infinite loss or gradient: the run diverged.
 DIVERGED_TYPE = "lra.train.NonFiniteError"
 
 
 @dataclass(frozen=True)
 class Run:
-  """One task × variant × seed and the command that trains it."""
+  """One task × variant × seed and the command that trains it; `records`: where its records
+  are kept (`lra.sweep_records`), None without `--records`."""
   task: str
   variant: str
   seed: int
   workdir: Path
   command: tuple[str, ...] = field(compare=False)
+  records: Path | None = field(default=None, compare=False)
 
   @property
   def name(self) -> str:
@@ -56,15 +63,37 @@ def _held_by_live_process(lock: Path) -> bool:
     return False
 
 
-def status(run: Run) -> str:
-  """"done", "failed", "running" (another live sweep holds it), "partial" or "new"."""
-  if (run.workdir / RESULTS_FILE).exists():
+def _outcome(folder: Path | None) -> str | None:
+  if folder is not None and (folder / RESULTS_FILE).exists():
     return "done"
-  if (run.workdir / FAILED_FILE).exists():
+  if folder is not None and (folder / FAILED_FILE).exists():
     return "failed"
+  return None
+
+
+def status(run: Run) -> str:
+  """"done", "failed", "running" (another live sweep holds it), "partial" or "new".
+
+  The workdir decides; where it holds no outcome and no live sweep holds the run, the run's
+  records do (a run finished on another machine).
+  """
+  state = _outcome(run.workdir)
+  if state:
+    return state
   if _held_by_live_process(run.workdir / LOCK_FILE):
     return "running"
+  state = _outcome(run.records)
+  if state:
+    return state
   return "partial" if (run.workdir / "checkpoints").exists() else "new"
+
+
+def outcome_dir(run: Run) -> Path:
+  """The folder whose results.json or failed.json says how the run ended: its workdir, or its
+  records where only they hold one (the workdir when neither does)."""
+  if _outcome(run.workdir) is None and _outcome(run.records) is not None:
+    return run.records
+  return run.workdir
 
 
 def claim(run: Run) -> bool:

@@ -4,6 +4,7 @@ r"""Runs every task × variant × seed of an LRA sweep in its own workdir, then 
         [--runlocal] [--cpu | --cpu-long] [--seeds 0,1,2] [--parallel N] [--set field=value ...]
     python -m lra.sweep ... --list          # print the commands of unfinished runs, run nothing
     python -m lra.sweep ... --report-only   # only rewrite the tables from finished runs
+    python -m lra.sweep ... --records docs/sweep/NAME   # keep each run's records beside the report
 
 Run `<workdir>/<task>/<variant>/seed<k>` is `python run.py --config
 configs/<task>.py:<variant>[,runlocal][,cpu] --workdir ... --config.seed=<k> --config.<field>=<value>`,
@@ -13,9 +14,18 @@ command, and the trainer resumes it from its latest checkpoint, so a killed swee
 where it stopped. A run that exits with an error (e.g. a non-finite loss) leaves `failed.json`
 with the exception's type and message (`lra.run_records`) and shows as ✗; `--retry-failed` runs it again.
 
-The tables go to `--out` (default: the sweep's workdir): `results.csv` (one row per run),
-`results.md` (rows = variants, columns = tasks, mean ± sample std over seeds with the paper's
-number beside each; `configs/ablations.PAPER`) and `results.png` (bars per task).
+`--records DIR` keeps each run's small records (config, results, metrics, timing; no
+checkpoints) in `DIR/runs/<task>/<variant>/seed<k>/` as it ends, and writes the report to DIR
+(`lra.sweep_records`). A run whose workdir holds nothing finished and whose records do is
+finished: the same command on a machine with an empty `--workdir` trains only the runs without
+records and reports from the records. Records trained with another config than today's command
+builds (other `--set` values, a changed default) do not count: the sweep stops and names each
+such run and field, unless `--rerun-changed` trains them again (their records are replaced when
+they end); `--report-only` reports them marked stale (†).
+
+The tables go to `--out` (default: `--records`, else the sweep's workdir): `results.csv` (one
+row per run), `results.md` (rows = variants, columns = tasks, mean ± sample std over seeds with
+the paper's number beside each; `configs/ablations.PAPER`) and `results.png` (bars per task).
 
 `--list` prints one shell command per unfinished run for a cluster scheduler (generate the
 data first with `--prepare-only`: parallel jobs must not generate the same data set at once).
@@ -43,9 +53,9 @@ from pathlib import Path
 
 from configs import ablations, common
 from lion_jax.options import ConfigError
-from lra import cli
+from lra import cli, sweep_records
 from lra.run_records import (COMMAND_FILE, FAILED_FILE, LOG_FILE, RESULTS_FILE, Run, claim,
-                             read_failure, release, status)
+                             outcome_dir, read_failure, release, status)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -82,7 +92,7 @@ def _split_list(spec: str, allowed: tuple[str, ...], what: str) -> list[str]:
 
 def plan(tasks: list[str], variants: list[str], seeds: list[int], workdir: str | Path, *,
          flags: tuple[str, ...] = (), sets: tuple[str, ...] = (),
-         python: str = sys.executable) -> list[Run]:
+         python: str = sys.executable, records: str | Path | None = None) -> list[Run]:
   """Every run of the grid, task-major (all of one task's runs are adjacent).
 
   Args:
@@ -91,6 +101,7 @@ def plan(tasks: list[str], variants: list[str], seeds: list[int], workdir: str |
     flags: config flags appended to the variant (`runlocal`, `cpu`).
     sets: `field=value` overrides passed on as `--config.field=value`.
     python: interpreter written into the commands.
+    records: folder of the runs' records (`lra.sweep_records`), or None.
   """
   for item in sets:
     if "=" not in item or item.startswith("seed="):
@@ -108,7 +119,9 @@ def plan(tasks: list[str], variants: list[str], seeds: list[int], workdir: str |
         command = (python, str(base / "run.py"), f"--config={base / 'configs' / task}.py:{arg}",
                    f"--workdir={run_dir}", f"--config.seed={seed}",
                    *(f"--config.{item}" for item in sets))
-        runs.append(Run(task, variant, seed, run_dir, command))
+        runs.append(Run(task, variant, seed, run_dir, command,
+                        None if records is None else
+                        sweep_records.record_dir(records, task, variant, seed)))
   return runs
 
 
@@ -143,7 +156,8 @@ def execute(run: Run, stop: threading.Event | None = None) -> str:
   """Trains (or resumes) one run in a subprocess; returns its status afterwards.
 
   A run that another live sweep has claimed since this sweep made its plan is left alone
-  ("running"), and one it has finished meanwhile is not trained again.
+  ("running"), and one it has finished meanwhile is not trained again. A run that ends with an
+  outcome has its records copied (`lra.sweep_records.save`) before its lock is released.
   """
   if not claim(run):
     return status(run)
@@ -151,6 +165,7 @@ def execute(run: Run, stop: threading.Event | None = None) -> str:
     if status(run) in ("done", "failed"):
       return status(run)
     (run.workdir / COMMAND_FILE).write_text(shlex.join(run.command) + "\n")
+    sweep_records.note_start(run.workdir)
     with open(run.workdir / LOG_FILE, "a", encoding="utf-8") as log:
       log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} {shlex.join(run.command)}\n")
       log.flush()
@@ -165,6 +180,7 @@ def execute(run: Run, stop: threading.Event | None = None) -> str:
       failure = read_failure(run.workdir) or _unrecorded_exit(run, proc.returncode)
       (run.workdir / FAILED_FILE).write_text(
           json.dumps({**failure, "returncode": proc.returncode}, indent=2) + "\n", encoding="utf-8")
+    sweep_records.save(run)
   finally:
     release(run)
   return status(run)
@@ -195,26 +211,21 @@ def prepare_data(runs: list[Run]) -> None:
 
   Only tasks whose config has `generate` set and whose data is missing do any work.
   """
-  from absl import flags as absl_flags  # pylint: disable=import-outside-toplevel
-  from ml_collections import config_flags  # pylint: disable=import-outside-toplevel
   from lra import train  # pylint: disable=import-outside-toplevel  (imports jax)
   seen = set()
   for run in runs:
     if run.task in seen:
       continue
     seen.add(run.task)
-    argv = ["sweep", *(a for a in run.command[2:] if not a.startswith("--workdir"))]
-    values = absl_flags.FlagValues()
-    config_flags.DEFINE_config_file("config", None, flag_values=values, sys_argv=argv)
     try:
-      values(argv)
+      config = sweep_records.build_config(run.command)
     except Exception as error:  # pylint: disable=broad-except  (each run then fails and says why)
       print(f"sweep: cannot build the {run.task} config ({error}); not preparing its data",
             file=sys.stderr)
       continue
-    if values.config.generate:
-      print(f"sweep: checking {run.task} data under {values.config.data_dir}", flush=True)
-      train.load_or_generate(values.config)
+    if config.generate:
+      print(f"sweep: checking {run.task} data under {config.data_dir}", flush=True)
+      train.load_or_generate(config)
 
 
 def run_all(runs: list[Run], parallel: int = 1, retry_failed: bool = False) -> dict[str, int]:
@@ -223,7 +234,10 @@ def run_all(runs: list[Run], parallel: int = 1, retry_failed: bool = False) -> d
   for run in runs:
     state = status(run)
     if state == "failed" and retry_failed:
-      (run.workdir / FAILED_FILE).unlink()
+      if outcome_dir(run) == run.records:  # failed on another machine: its record goes
+        shutil.rmtree(run.records)
+      else:
+        (run.workdir / FAILED_FILE).unlink()
       state = status(run)
     if state in ("new", "partial"):
       todo.append(run)
@@ -259,7 +273,7 @@ def _timed(run: Run, stop: threading.Event) -> tuple[str, float]:
 
 
 def _brief(run: Run) -> str:
-  path = run.workdir / RESULTS_FILE
+  path = outcome_dir(run) / RESULTS_FILE
   if path.exists():
     return f", test accuracy {100 * json.loads(path.read_text())['test_accuracy']:.2f}%"
   return f", see {run.workdir / LOG_FILE}"
@@ -294,7 +308,13 @@ def build_parser() -> argparse.ArgumentParser:
   parser.add_argument("--prepare-only", action="store_true", help="generate missing data and exit")
   parser.add_argument("--report-only", action="store_true", help="only write the tables")
   parser.add_argument("--retry-failed", action="store_true", help="rerun runs that exited with an error")
-  parser.add_argument("--out", default=None, help="folder of results.{csv,md,png} (default: --workdir)")
+  parser.add_argument("--out", default=None,
+                      help="folder of results.{csv,md,png} (default: --records, else --workdir)")
+  parser.add_argument("--records", default=None, metavar="DIR",
+                      help="keep each run's records in DIR/runs/ and count runs recorded there "
+                           "as finished (e.g. docs/sweep/NAME)")
+  parser.add_argument("--rerun-changed", action="store_true",
+                      help="train again the runs whose records hold another config than today's")
   parser.add_argument("--python", default=sys.executable, help="interpreter in the commands")
   parser.add_argument(cli.TRACEBACK_FLAG, action="store_true",
                       help=f"show the traceback of user errors too (or set {cli.TRACEBACK_ENV}=1)")
@@ -313,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
   seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
   flags = tuple(f for f in ("runlocal", "cpu", "cpu_long") if getattr(args, f))
   runs = plan(tasks, variants, seeds, args.workdir, flags=flags, sets=tuple(args.sets),
-              python=args.python)
+              python=args.python, records=args.records)
   skipped = [f"{v} on {t}" for t in tasks for v in variants if v not in common.task_variants(t)]
   if skipped:
     print(f"sweep: not run (the task has no such variant: snakes need an image task, the "
@@ -322,21 +342,39 @@ def main(argv: list[str] | None = None) -> int:
     raise ConfigError(f"no task of --tasks {args.tasks} has any of the variants "
                       f"{', '.join(variants)}; snake variants need image, pathfinder or pathx, "
                       "and Path-X has no transformer")
+  changed = {} if args.report_only or args.prepare_only else sweep_records.changed(runs)
+  if changed and not args.rerun_changed:
+    raise ConfigError(_changed_message(changed, args.records))
   if args.list:
     for run in runs:
-      if status(run) != "done":
+      if status(run) != "done" or run in changed:
         print(shlex.join(run.command))
     return 0
   if args.prepare_only:
     prepare_data(runs)
     return 0
+  for run in changed:  # --rerun-changed: train them again; git keeps the old records
+    shutil.rmtree(run.records)
   counts = {} if args.report_only else run_all(runs, args.parallel, args.retry_failed)
+  for run in runs:  # runs finished before --records was given, or by a plain `run.py`
+    sweep_records.save(run)
   from lra import sweep_report  # pylint: disable=import-outside-toplevel  (matplotlib)
-  out = Path(args.out or args.workdir)
+  out = Path(args.out or args.records or args.workdir)
   paths = sweep_report.write_reports(runs, out, tasks, variants, settings=" ".join(
       [f"--{f.replace('_', '-')}" for f in flags] + [f"--set {s}" for s in args.sets]))
   print(f"sweep: wrote {', '.join(str(p) for p in paths)}")
   return 1 if counts.get("failed") else 0
+
+
+def _changed_message(changed: dict[Run, dict], records: str) -> str:
+  lines = [f"{run.name} ({run.records}): {sweep_records.describe(fields)}"
+           for run, fields in changed.items()]
+  return (f"the records of {len(changed)} run(s) in {records} were trained with another config "
+          "than these arguments build today, so they do not count as finished (field: "
+          "recorded value → today's):\n  "
+          + "\n  ".join(lines) + "\nTrain them again with --rerun-changed (their records are "
+          "replaced when they end), pass the recorded values with --set FIELD=VALUE, or write "
+          "the report with --report-only, which marks them stale (†).")
 
 
 def console_main(program: str = "lion-sweep") -> int:

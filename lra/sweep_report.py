@@ -5,6 +5,11 @@ results.png, and from the runs' timing speed.md and curves.png.
 
 Accuracies are test accuracy at the best-validation checkpoint, in percent. The std is the
 sample standard deviation over seeds (n − 1); a single seed shows no ±.
+
+Each run is read from its workdir, or from its records where only they hold its outcome
+(`lra.sweep_records`). A result whose run recorded a config other than the one its command
+builds today (a default changed since, say) is marked stale, †, with a note naming each
+differing field, the change (`configs/ablations.DEFAULT_CHANGES`) and the commit the run ran at.
 """
 
 from __future__ import annotations
@@ -16,7 +21,8 @@ from pathlib import Path
 
 from configs import ablations
 from lra.metrics import read_timing
-from lra.run_records import RESULTS_FILE, Run, diverged, read_failure, status
+from lra import sweep_records
+from lra.run_records import RESULTS_FILE, Run, diverged, outcome_dir, read_failure, status
 
 # Validation accuracies (%) whose first crossing the speed table times.
 LEVELS = (20, 30, 40, 50, 60, 70, 80, 90)
@@ -28,25 +34,31 @@ CSV_FIELDS = ("task", "variant", "seed", "status", "test_accuracy", "best_val_ac
               "majority_test_accuracy", "best_step", "total_steps", "num_params",
               "train_examples_per_sec",
               "peak_host_memory_bytes", "device_peak_bytes", "paper",
-              "error", "workdir")
+              "error", "commit", "stale", "workdir")
+STALE = "†"
 
 
 def collect(runs: list[Run]) -> list[dict]:
-  """One record per run: its status and, when finished, its results (accuracies in %)."""
+  """One record per run: its status and, when finished, its results (accuracies in %), the
+  commits it ran at and how its config differs from today's ("stale", {} when it does not)."""
   records = []
   for run in runs:
+    folder = outcome_dir(run)
     record = {"task": run.task, "variant": run.variant, "seed": run.seed, "status": status(run),
               "paper": ablations.PAPER.get(run.variant, {}).get(run.task), "error": "",
-              "workdir": str(run.workdir)}
+              "workdir": str(run.workdir), "commit": "", "stale": {}}
+    if record["status"] in ("done", "failed"):
+      record["commit"] = " ".join(sweep_records.commits(folder))
+      record["stale"] = sweep_records.stale_fields(run)
     if record["status"] == "done":
-      results = json.loads((run.workdir / RESULTS_FILE).read_text())
+      results = json.loads((folder / RESULTS_FILE).read_text())
       record.update({k: results.get(k) for k in CSV_FIELDS if k in results})
       for key in ("test_accuracy", "best_val_accuracy", "majority_test_accuracy"):
         if results.get(key) is not None:  # runs before the majority class was recorded lack it
           record[key] = round(100 * results[key], 4)
-      record["timing"] = read_timing(run.workdir)
+      record["timing"] = read_timing(folder)
     elif record["status"] == "failed":
-      failure = read_failure(run.workdir)
+      failure = read_failure(folder)
       record["error"] = ("diverged" if diverged(failure) else
                          f"{failure['type'] or 'exit'}: {failure['message']}".splitlines()[0])
     records.append(record)
@@ -57,15 +69,16 @@ def write_csv(records: list[dict], path: Path) -> None:
   with open(path, "w", newline="", encoding="utf-8") as f:
     writer = csv.DictWriter(f, CSV_FIELDS, extrasaction="ignore")
     writer.writeheader()
-    writer.writerows(records)
+    writer.writerows({**r, "stale": "; ".join(r["stale"])} for r in records)
 
 
 def _summary(records: list[dict]) -> dict[tuple[str, str], dict]:
-  """(variant, task) -> {"values": [...], "failed": n, "diverged": n, "pending": n}."""
+  """(variant, task) -> {"values": [...], "failed": n, "diverged": n, "pending": n, "stale": n}."""
   cells: dict[tuple[str, str], dict] = {}
   for r in records:
     cell = cells.setdefault((r["variant"], r["task"]),
-                            {"values": [], "failed": 0, "diverged": 0, "pending": 0})
+                            {"values": [], "failed": 0, "diverged": 0, "pending": 0, "stale": 0})
+    cell["stale"] += bool(r.get("stale"))
     if r["status"] == "done":
       cell["values"].append(r["test_accuracy"])
     elif r["status"] == "failed":
@@ -97,6 +110,7 @@ def _cell(cell: dict | None, paper) -> str:
     ours = "✗ diverged" if cell["diverged"] == cell["failed"] else "✗ error"
   else:
     ours = "–"
+  ours += STALE if cell["stale"] else ""
   notes = [f"{cell['failed']} ✗"] if cell["failed"] and cell["values"] else []
   notes += [f"{cell['pending']} unfinished"] if cell["pending"] else []
   theirs = "" if paper is _NOT_A_PAPER_ROW else f" ({_paper(paper)})"
@@ -144,10 +158,27 @@ def markdown(records: list[dict], tasks: list[str], variants: list[str], setting
   if chance:
     notes.append("Majority class: the test accuracy of always answering the test split's most "
                  "frequent label, the level a model has to beat.")
-  notes += warnings
+  notes += warnings + _stale_notes(records)
   if settings:
     notes.append(f"Sweep settings: `{settings}`.")
   return "\n".join(lines + notes) + "\n"
+
+
+def _stale_notes(records: list[dict]) -> list[str]:
+  """One markdown note per (variant, task) with a stale run: what differs, and where it ran."""
+  notes: dict[tuple[str, str], list[dict]] = {}
+  for r in records:
+    if r.get("stale"):
+      notes.setdefault((r["variant"], r["task"]), []).append(r)
+  lines = []
+  for (variant, task), runs in notes.items():
+    commits = sorted({c for r in runs for c in r["commit"].split()})
+    fields = {f: v for r in runs for f, v in r["stale"].items()}
+    lines.append(f"{STALE} **Stale: {ablations.LABELS.get(variant, variant)} on "
+                 f"{ablations.TASK_LABELS[task]}** ({len(runs)} of its runs"
+                 + (f", run at {', '.join(commits)}" if commits else "") + "): trained with "
+                 f"another config than today's command builds: {sweep_records.describe(fields)}.")
+  return lines
 
 
 def _majority(records: list[dict]) -> dict[str, float]:
@@ -249,6 +280,7 @@ def _speed(records: list[dict]) -> dict[tuple[str, str], dict]:
                        for run in runs],
         "seconds": [row["train_seconds"] for row in last],
         "test_accuracy": [run["test_accuracy"] for run in runs],
+        "stale": any(run.get("stale") for run in runs),
         "reach": {level: [next((row["train_seconds"] for row in run["timing"]
                                 if 100 * row["eval_accuracy"] >= level), None) for run in runs]
                   for level in LEVELS}}
@@ -279,7 +311,8 @@ def speed_markdown(records: list[dict], tasks: list[str], variants: list[str]) -
       cell = speed.get((variant, task))
       if cell is None:
         continue
-      row = [ablations.TASK_LABELS[task], ablations.LABELS.get(variant, variant),
+      row = [ablations.TASK_LABELS[task],
+             ablations.LABELS.get(variant, variant) + (STALE if cell["stale"] else ""),
              str(len(cell["seconds"])), _spread(cell["steps_per_sec"], ".2f"),
              _spread(cell["examples_per_sec"], ".1f"),
              _spread(cell["peak_bytes"], ",.0f", 2**20, " MiB"), _spread(cell["seconds"], ".1f"),
@@ -299,6 +332,9 @@ def speed_markdown(records: list[dict], tasks: list[str], variants: list[str]) -
   elif missing:
     note += (f" No \"s to N%\" column for {', '.join(f'{lv}%' for lv in missing)}: no model "
              "reached it in every seed.")
+  if any(cell["stale"] for cell in speed.values()):
+    note += (f" {STALE}: trained with another config than today's command builds "
+             "(results.md says how).")
   return "\n".join(lines + ["", note]) + "\n"
 
 

@@ -185,7 +185,7 @@ def test_a_run_another_live_sweep_holds_is_not_trained_twice(tmp_path):
   run_records.release(run)
   assert sweep.execute(run) == "new" and marker.read_text() == "x"
   assert not (run.workdir / run_records.LOCK_FILE).exists()
-  assert sorted(p.name for p in run.workdir.iterdir()) == ["command.txt", "sweep.log"]
+  assert sorted(p.name for p in run.workdir.iterdir()) == ["command.txt", "starts.jsonl", "sweep.log"]
 
 
 def test_failure_records_name_the_exception_and_tell_divergence_apart(tmp_path):
