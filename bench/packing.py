@@ -37,6 +37,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 import harness  # noqa: E402
 import train_step  # noqa: E402
+from lion_jax.attention import resolve_residuals  # noqa: E402
 from lra import steps  # noqa: E402
 from lra.data import listops as listops_data  # noqa: E402
 from lra.data import packing  # noqa: E402
@@ -67,23 +68,27 @@ def split_of(lengths: np.ndarray, info, seq_len: int, seed: int = 0) -> Split:
                                                               len(lengths)).astype(np.int32))
 
 
-def cases_for(task, variant, batch_size, preset, split):
-  """(padded case, packed case, layout) for one task × variant × batch size."""
+def cases_for(task, variant, batch_size, preset, split, residuals=""):
+  """(padded case, packed case) for one task × variant × batch size."""
   config, info, seq_len = train_step.task_config(task, variant + (f",{preset}" if preset else ""))
   config.batch_size = batch_size
+  if config.model.mixer == "lion":  # as `config.packing` runs: the padded run's residuals
+    config.model.residuals = residuals or resolve_residuals(config.model.residuals, seq_len)
   setup, model_config = train_step.make_setup(config, info, None, None)
   rows, row_length = packing.choose_rows(
       split.lengths, batch_size=batch_size, length=seq_len, seed=0,
       max_factor=1 if model_config.mixer == "softmax" else 4)
   packed = next(packing.PackedBatchIterator(split, batch_size=batch_size, rows=rows,
                                             row_length=row_length, seed=0))
-  # The padded batch holds examples of the same lengths as those the packed step placed.
-  lengths = np.asarray([(packed["segment_ids"][r] == i).sum()
-                        for r, i in zip(packed["example_rows"], packed["example_ids"])])
-  padded = {"inputs": np.stack([np.pad(np.ones(n, np.int32), (0, seq_len - n)) for n in lengths]),
+  # The padded batch holds the very examples the packed step placed, one per row.
+  tokens = [packed["inputs"][r][packed["segment_ids"][r] == i]
+            for r, i in zip(packed["example_rows"], packed["example_ids"])]
+  lengths = np.asarray([len(t) for t in tokens])
+  padded = {"inputs": np.stack([np.pad(t, (0, seq_len - len(t))) for t in tokens]),
             "lengths": lengths.astype(np.int32), "labels": packed["labels"],
             "example_mask": packed["example_mask"]}
   info_fields = dict(task=task, variant=variant, preset=preset or "paper", batch=batch_size,
+                     residuals=config.model.residuals if model_config.mixer == "lion" else None,
                      seq_len=seq_len, rows=rows, row_length=row_length,
                      mixer=model_config.mixer, d_model=model_config.d_model,
                      layers=model_config.num_layers,
@@ -108,6 +113,9 @@ def main(argv=None):
   p.add_argument("--variants", default="lion_s,lion_d,s5,transformer")
   p.add_argument("--batch", default="8", help="comma list of batch sizes")
   p.add_argument("--preset", default="", choices=("", "runlocal", "cpu", "cpu_long"))
+  p.add_argument("--residuals", default="", choices=("", "stored", "recomputed"),
+                 help="LION's model.residuals for both layouts (default: what config.packing "
+                      "runs, the padded rows' \"auto\" choice)")
   harness.add_common_args(p, repeats=5, case_budget_s=120.0, mem_budget_gb=16.0)
   args = p.parse_args(argv)
   if args.quick:
@@ -123,7 +131,7 @@ def main(argv=None):
           f"{packing.padding_share(split.lengths, seq_len):.3f}", flush=True)
     for batch_size in (int(b) for b in args.batch.split(",")):
       for variant in args.variants.split(","):
-        cases = cases_for(task, variant, batch_size, args.preset, split)
+        cases = cases_for(task, variant, batch_size, args.preset, split, args.residuals)
         harness.run_group(cases, args.mem_budget_gb, repeats=args.repeats,
                           budget_s=args.case_budget_s)
         padded, packed = (harness.record(c) for c in cases)

@@ -31,6 +31,7 @@ import tqdm
 from jax.experimental import multihost_utils
 from ml_collections import config_dict
 
+from lion_jax.attention import resolve_residuals
 from lion_jax.config import ModelConfig
 from lion_jax.options import ConfigError
 from lra import checkpoint, metrics, optim, resume, run_records, steps
@@ -345,6 +346,11 @@ def train_and_evaluate(config: config_dict.ConfigDict, workdir: str,
   traces_before = dict(steps.trace_counts)
 
   splits, info = load_data(config)
+  if config.packing and model_config.residuals == "auto":
+    # A packed step holds fewer tokens than the padded one, in longer rows: keep the residuals
+    # the padded run would (its memory only falls), not those of the longer rows.
+    model_config = model_config.replace(residuals=resolve_residuals(
+        "auto", splits["train"].inputs.shape[-1]))
   schedule = Schedule.from_config(config, len(splits["train"]))
   setup = _setup(config, info, model_config, schedule.total_steps, schedule.steps_per_epoch)
   train_fn, eval_fn = steps.jit_train_step(setup), steps.jit_eval_step(setup, eval_form(config))
@@ -433,6 +439,11 @@ def _train_batches(config, split, info: TaskInfo, model_config: ModelConfig, mes
       split.lengths, batch_size=config.batch_size, length=split.inputs.shape[-1],
       seed=config.seed, multiple=mesh.shape[steps.DATA_AXIS],
       max_factor=1 if model_config.mixer == "softmax" else 4)
+  if rows * row_length >= config.batch_size * split.inputs[0].size:
+    logging.info("packing saves no token slots here (%d rows of %d tokens); training on padded "
+                 "rows", rows, row_length)
+    return make_loader(split, batch_size=config.batch_size, seed=config.seed, shuffle=True,
+                       drop_remainder=True)
   logging.info("packing %d examples a step into %d rows of %d tokens: padding %.1f%% of the "
                "token slots (padded: %.1f%%)", config.batch_size, rows, row_length,
                100 * packing.padding_share(split.lengths, row_length, rows, config.batch_size),

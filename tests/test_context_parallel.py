@@ -91,8 +91,8 @@ SCRIPT = textwrap.dedent("""
                                    err_msg=f"recomputed {decay_kind} {c} {n}")
     print("recomputed shards OK")
 
-    # Packed rows: examples that cross shard edges (shards of 10 tokens) give each example its
-    # definition alone, with stored and with recomputed shards.
+    # Packed rows (make test-all): examples that cross shard edges (shards of 10 tokens) give
+    # each example its definition alone, with stored and with recomputed shards.
     layout = ((0, 12, 1), (12, 1, 2), (13, 9, 3), (27, 10, 4))  # (start, length, id); 22-26 pad
     ids = np.zeros((2, 37), np.int32)
     for start, length, example in layout:
@@ -104,8 +104,8 @@ SCRIPT = textwrap.dedent("""
                        sequence_axis="seq", residuals=r, segment_ids=ids)
         for r in ("stored", "recomputed")])
     with jax.enable_x64(True), jax.set_mesh(mesh):
-      got = run(q, k, v, log_decay, ids)
-    for row in range(2):
+      got = run(q, k, v, log_decay, ids) if 8 in counts else []
+    for row in range(2 if got else 0):
       for start, length, example in layout:
         if not (ids[row, start:start + length] == example).all():
           continue
@@ -115,7 +115,7 @@ SCRIPT = textwrap.dedent("""
           np.testing.assert_allclose(np.asarray(g)[row, start:start + length], expected,
                                      rtol=1e-10, atol=1e-10,
                                      err_msg=f"packed {residuals} row {row} example {example}")
-    print("packed rows OK")
+    print("packed rows OK" if got else "packed rows skipped")
 
     # Gradients (float64) equal those of the full form, which the unsharded tests check
     # against finite differences; "code" shifts the forward gate across shard boundaries. Each
@@ -228,9 +228,9 @@ def test_sharded_chunk_scan_equals_definition_on_4_and_8_devices(shard_counts):
                         text=True, timeout=600)
   assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
   expected = [f"outputs OK {n}" for n in shard_counts.split(",")]
-  expected += ["recomputed shards OK", "packed rows OK", "gradients OK", "2 x 4 mesh OK",
+  expected += ["recomputed shards OK", "gradients OK", "2 x 4 mesh OK",
                "2 x 4 mesh, shards of different steepness OK"]
-  for line in expected + (["retrieval model OK"] if "8" in shard_counts else []):
+  for line in expected + (["packed rows OK", "retrieval model OK"] if "8" in shard_counts else []):
     assert line in proc.stdout
 
 

@@ -167,3 +167,17 @@ def test_packing_an_image_task_is_refused(tmp_path):
   with pytest.raises(ConfigError, match="config.packing=True .* 'pathfinder"):
     train._train_batches(config, None, splits_info,  # pylint: disable=protected-access
                          train.check_config(config), steps.make_mesh())
+
+
+def test_a_split_that_packing_cannot_shrink_trains_padded(data_dir):
+  config = tiny_config(data_dir, packing=True)
+  full = split_of(np.full(32, L))  # every example fills its row
+  loader = train._train_batches(config, full, train.TaskInfo(  # pylint: disable=protected-access
+      "listops", 10, 20, L, False, "tokens"), train.check_config(config), steps.make_mesh())
+  assert "lengths" in next(loader)
+  loader.close()
+  short = split_of(lengths_like_listops(32))
+  packed = train._train_batches(config, short, train.TaskInfo(  # pylint: disable=protected-access
+      "listops", 10, 20, L, False, "tokens"), train.check_config(config), steps.make_mesh())
+  assert "segment_ids" in next(packed)
+  packed.close()
