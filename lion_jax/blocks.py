@@ -36,6 +36,27 @@ def make_mixer(config: ModelConfig, *, rngs: nnx.Rngs):
   return MIXERS[config.mixer](config, rngs=rngs)
 
 
+def apply_mixer(mixer, x, mask, *, form, chunk_size, segment_ids):
+  """Calls a block's mixer, passing `segment_ids` only when a row is packed.
+
+  Leaving the keyword out when it is None keeps a mixer that does not take packed rows (a new
+  one, say) running on padded rows.
+
+  Args:
+    mixer: from `make_mixer`.
+    x: [B, L, M] mixer input.
+    mask: [B, L] bool token mask, or None.
+    form, chunk_size: the mixer's evaluation form (None: the config's).
+    segment_ids: [B, L] integer ids of packed rows (`lion_jax.segments`), or None.
+
+  Returns:
+    [B, L, M] mixer output.
+  """
+  if segment_ids is None:
+    return mixer(x, mask, form=form, chunk_size=chunk_size)
+  return mixer(x, mask, form=form, chunk_size=chunk_size, segment_ids=segment_ids)
+
+
 def make_norm(config: ModelConfig, *, rngs: nnx.Rngs):
   """The block norm: `nnx.BatchNorm` or `nnx.LayerNorm` over the last (feature) axis."""
   if config.norm == "batch":
@@ -102,8 +123,8 @@ class S5Block(nnx.Module):
     skip = x
     if self.prenorm:
       x = apply_norm(self.norm, x, mask)
-    x = self.mixer(x, mask, form=form, chunk_size=chunk_size,
-                   segment_ids=segment_ids)  # [B, L, M]
+    x = apply_mixer(self.mixer, x, mask, form=form, chunk_size=chunk_size,
+                    segment_ids=segment_ids)  # [B, L, M]
     h = self.dropout(jax.nn.gelu(x))  # tanh-approximate GELU, as flax linen in S5
     if self.activation == "half_glu1":
       x = self.dropout(h * jax.nn.sigmoid(self.gate(h)))
@@ -140,8 +161,8 @@ class TransformerBlock(nnx.Module):
   def __call__(self, x, mask=None, *, form: str | None = None, chunk_size: int | None = None,
                segment_ids=None):
     """Applies the block; arguments and result as in `S5Block.__call__`."""
-    y = self.mixer(apply_norm(self.norm1, x, mask), mask, form=form, chunk_size=chunk_size,
-                   segment_ids=segment_ids)
+    y = apply_mixer(self.mixer, apply_norm(self.norm1, x, mask), mask, form=form,
+                    chunk_size=chunk_size, segment_ids=segment_ids)
     x = x + self.dropout(y)
     h = jax.nn.gelu(self.mlp_in(apply_norm(self.norm2, x, mask)))  # [B, L, r·M]
     return x + self.dropout(self.mlp_out(self.dropout(h)))
@@ -160,5 +181,5 @@ def zero_padding(x, mask):
   return x if mask is None else x * mask[..., None].astype(x.dtype)
 
 
-__all__ = ["MIXERS", "S5Block", "TransformerBlock", "apply_norm", "make_block",
+__all__ = ["MIXERS", "S5Block", "TransformerBlock", "apply_mixer", "apply_norm", "make_block",
            "make_mixer", "make_norm", "zero_padding"]

@@ -354,8 +354,9 @@ def stale_rebuilt(folder: str | Path) -> dict[tuple[str, str], dict[str, tuple[A
   out = {}
   for key, entry in rebuilt["configs"].items():
     task, variant = key.split("/")
-    fields = _against_today(_row(task, variant, rebuilt["flags"], rebuilt["sets"]),
-                            entry["config"])
+    # Fields added after the rebuild hold the value that gives the run it was.
+    recorded = result_fields({**VALUES_BEFORE_FIELD, **entry["config"]})
+    fields = _against_today(_row(task, variant, rebuilt["flags"], rebuilt["sets"]), recorded)
     if fields:
       out[task, variant] = fields
   return out
