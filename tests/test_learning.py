@@ -70,6 +70,7 @@ def test_overfits_a_fixed_batch_and_moves_every_parameter(name):
   assert not frozen, f"parameters that never moved: {frozen}"
 
 
+@pytest.mark.slow
 def test_row7_softplus_step_trains_at_length_1024():
   # Table 6 row [7] trained on Image and Pathfinder (L = 1024). Its literal reading,
   # a = B + softplus(z), makes λ > 1 and its first step non-finite at this length

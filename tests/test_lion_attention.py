@@ -75,9 +75,18 @@ def definition_outputs(decay_kind, length):
   return (q, k, v, log_decay, key_mask), expected
 
 
-@pytest.mark.parametrize("form", FORMS)
-@pytest.mark.parametrize("length", [1, 7, 37, 96])
-@pytest.mark.parametrize("decay_kind", DECAY_KINDS)
+def definition_grid():
+  """make test: every form, decay kind and option at L = 7 and 37 (a short chunk, a partial
+  last one); L = 1 and 96 through chunk_scan (the training form); the rest in make test-all."""
+  for decay_kind in DECAY_KINDS:
+    for length in (1, 7, 37, 96):
+      for form in FORMS:
+        fast = length in (7, 37) or form == "chunk_scan"
+        yield (decay_kind, length, form) if fast else pytest.param(
+            decay_kind, length, form, marks=pytest.mark.slow)
+
+
+@pytest.mark.parametrize("decay_kind,length,form", definition_grid())
 def test_every_form_equals_float64_definition(decay_kind, length, form):
   """Every decay shape × convention × normalisation × L, with and without a key mask."""
   inputs, expected = definition_outputs(decay_kind, length)
@@ -118,7 +127,8 @@ def test_bfloat16_inputs_stay_within_documented_tolerance():
                                err_msg=f"form={form}")
 
 
-@pytest.mark.parametrize("decay_kind", ["fixed_head", "selective", "selective_vector"])
+@pytest.mark.parametrize("decay_kind", [pytest.param("fixed_head", marks=pytest.mark.slow),
+                                        "selective", "selective_vector"])
 def test_gradients_agree_between_forms_and_with_finite_differences(decay_kind):
   q, k, v, log_decay, key_mask = make_inputs(20, decay_kind, seed=3)  # two chunks, the second partial
   weights = np.random.default_rng(4).normal(size=v.shape)

@@ -62,7 +62,8 @@ def test_every_preset_gives_the_same_logits_in_every_form(task):
 
 @pytest.mark.parametrize("task,overrides", [
     ("listops", dict(num_layers=2)),
-    ("retrieval", dict(block="transformer", activation="full_glu")),
+    pytest.param("retrieval", dict(block="transformer", activation="full_glu"),
+                 marks=pytest.mark.slow),
 ])
 def test_padding_a_batch_differently_changes_neither_logits_nor_batchnorm_statistics(task, overrides):
   model = build(task, v_init="lecun", **overrides)
@@ -116,7 +117,8 @@ def test_retrieval_head_runs_both_documents_through_one_shared_tower():
     ("text", dict(decay_shape="scalar", normalize="before")),  # dropout 0.1
     ("retrieval", dict(decay="fixed", activation="gelu")),
     ("image", dict(block="transformer", norm="layer", selective_mode="log_additive")),
-    ("pathx", dict(activation="full_glu", v_init="zoh_lecun", prenorm=False, remat=True)),
+    pytest.param("pathx", dict(activation="full_glu", v_init="zoh_lecun", prenorm=False,
+                               remat=True), marks=pytest.mark.slow),
 ])
 def test_every_parameter_gets_a_nonzero_gradient(task, overrides):
   model = build(task, **overrides)
