@@ -217,9 +217,10 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-# Every decay kind over 4 shards in `make test`; over 8 too, and a model's train step, in
-# `make test-all`.
-@pytest.mark.parametrize("shard_counts", ["4", pytest.param("4,8", marks=pytest.mark.slow)])
+# make test-all (a model trains over a sequence axis in make test:
+# tests/test_train_sequence_parallel.py).
+@pytest.mark.slow
+@pytest.mark.parametrize("shard_counts", ["4", "4,8"])
 def test_sharded_chunk_scan_equals_definition_on_4_and_8_devices(shard_counts):
   # A deadlock in a collective aborts after 20 s instead of XLA:CPU's default 40 s.
   env = {**os.environ, "XLA_FLAGS": (os.environ.get("XLA_FLAGS", "")
