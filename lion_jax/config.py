@@ -259,8 +259,11 @@ class ModelConfig:
 
 
 # Fields added after runs were first stored, with the value that gives a stored config lacking
-# them the model it was trained with (`configs/workdir.py`, `lra.train.check_resumed_model`).
-VALUES_BEFORE_FIELD: dict[str, object] = {"fixed_gate": False}
+# them the model it was trained with (`configs/workdir.py`, `lra.train.check_resumed_model`):
+# before them every model was LION in raster order without position encodings, and LION-D
+# had no gate.
+VALUES_BEFORE_FIELD: dict[str, object] = {"fixed_gate": False, "mixer": "lion",
+                                          "positional": "none", "scan_order": "raster"}
 
 
 # The fields only one mixer reads (dt_min/dt_max serve LION's HiPPO decays and S5's Δ alike).

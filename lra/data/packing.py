@@ -12,8 +12,9 @@ mixer keeps the examples apart, so each example gets the logits it gets padded a
         batch joins the pool when the pool cannot fill the step); the rest wait
       → gather: inputs/segment_ids/positions [R, L'], example_rows/example_ids [B] ([B, 2])
 
-grain's packing transforms (`grain.experimental.FirstFitPackIterDataset` and its kin) pack a
-stream of examples into as many rows as it takes, so a step's number of examples would vary
+grain's packing transforms (`grain.experimental.FirstFitPackIterDataset`,
+`BestFitPackIterDataset`) pack a stream of examples into as many rows as it takes, so a step's
+number of examples would vary
 with their lengths, and learning rates, schedules and epochs would lose their meaning. Here
 every step takes exactly B examples (the configured batch size) in exactly R rows (so nothing
 recompiles). An example that does not fit this step's rows waits in the pool and is tried
