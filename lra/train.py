@@ -346,7 +346,7 @@ def train_and_evaluate(config: config_dict.ConfigDict, workdir: str,
   traces_before = dict(steps.trace_counts)
 
   splits, info = load_data(config)
-  if config.packing and model_config.residuals == "auto":
+  if config.packing and model_config.mixer == "lion" and model_config.residuals == "auto":
     # A packed step holds fewer tokens than the padded one, in longer rows: keep the residuals
     # the padded run would (its memory only falls), not those of the longer rows.
     model_config = model_config.replace(residuals=resolve_residuals(

@@ -182,3 +182,18 @@ def test_a_split_that_packing_cannot_shrink_trains_padded(data_dir):
       "listops", 10, 20, L, False, "tokens"), train.check_config(config), steps.make_mesh())
   assert "segment_ids" in next(packed)
   packed.close()
+
+
+@pytest.mark.slow
+def test_baselines_train_on_packed_rows(data_dir, tmp_path):
+  """S5 and the Transformer read no LION field: packing must not set one for them."""
+  from configs import listops  # pylint: disable=import-outside-toplevel
+  from tests.test_train import TINY_LISTOPS  # pylint: disable=import-outside-toplevel
+  for variant in ("s5", "transformer"):
+    config = listops.get_config(f"{variant},runlocal")
+    config.data_dir, config.generate, config.packing = str(data_dir), TINY_LISTOPS, True
+    config.seq_len, config.batch_size, config.max_examples = 32, 4, 16
+    config.num_train_steps, config.eval_every_steps, config.log_every_steps = 2, 2, 1
+    config.model.d_model, config.model.num_layers = 16, 1
+    results = train.train_and_evaluate(config, str(tmp_path / variant), progress=False)
+    assert 0.0 <= results["test_accuracy"] <= 1.0
