@@ -234,10 +234,10 @@ def run_all(runs: list[Run], parallel: int = 1, retry_failed: bool = False) -> d
   for run in runs:
     state = status(run)
     if state == "failed" and retry_failed:
-      if outcome_dir(run) == run.records:  # failed on another machine: its record goes
+      # Both the workdir and the records may say it failed (the records copy the workdir's).
+      (run.workdir / FAILED_FILE).unlink(missing_ok=True)
+      if run.records is not None and (run.records / FAILED_FILE).exists():
         shutil.rmtree(run.records)
-      else:
-        (run.workdir / FAILED_FILE).unlink()
       state = status(run)
     if state in ("new", "partial"):
       todo.append(run)

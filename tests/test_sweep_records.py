@@ -122,6 +122,26 @@ def test_a_missing_record_reruns_exactly_that_run(moved, monkeypatch, capsys):
   assert rows["s5", "1"]["test_accuracy"] == "50.0" and rows["s5", "0"]["test_accuracy"] == "32.0"
 
 
+def test_retry_failed_reruns_a_run_that_failed_here_or_elsewhere(moved, monkeypatch, capsys):
+  """A run that failed leaves failed.json in its workdir and in its records: --retry-failed
+  clears both (a sweep here, or one on another machine, failed it)."""
+  work, records, _ = moved
+  failure = json.dumps({"type": "ConfigError", "message": "m", "returncode": 2})
+  for seed in (0, 1):
+    record = records / f"runs/listops/s5/seed{seed}"
+    (record / "results.json").unlink()
+    (record / "failed.json").write_text(failure)
+  (work / "listops/s5/seed0").mkdir(parents=True)
+  (work / "listops/s5/seed0/failed.json").write_text(failure)  # failed here, record copied
+  trained = []
+  _trainer(monkeypatch, trained)
+  assert sweep.main(_args(work, records)) == 0
+  assert trained == []  # failed runs are not retried unasked
+  assert sweep.main(_args(work, records, "--retry-failed")) == 0
+  assert sorted(trained) == ["listops/s5/seed0", "listops/s5/seed1"]
+  capsys.readouterr()
+
+
 def test_records_of_another_config_stop_the_sweep_until_rerun(moved, monkeypatch, capsys):
   work, records, _ = moved
   # A longer schedule is another run: refused by name and field, before anything starts.
