@@ -39,6 +39,7 @@ import harness  # noqa: E402
 import train_step  # noqa: E402
 from lion_jax.attention import resolve_residuals  # noqa: E402
 from lra import steps  # noqa: E402
+from lra.train import check_config  # noqa: E402
 from lra.data import listops as listops_data  # noqa: E402
 from lra.data import packing  # noqa: E402
 from lra.data.generators import listops as listops_generator  # noqa: E402
@@ -74,7 +75,7 @@ def cases_for(task, variant, batch_size, preset, split, residuals=""):
   config.batch_size = batch_size
   if config.model.mixer == "lion":  # as `config.packing` runs: the padded run's residuals
     config.model.residuals = residuals or resolve_residuals(config.model.residuals, seq_len)
-  setup, model_config = train_step.make_setup(config, info, None, None)
+  model_config = check_config(config)
   rows, row_length = packing.choose_rows(
       split.lengths, batch_size=batch_size, length=seq_len, seed=0,
       max_factor=1 if model_config.mixer == "softmax" else 4)

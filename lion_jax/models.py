@@ -43,6 +43,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from lion_jax import segments
 from lion_jax.blocks import make_block, zero_padding
 from lion_jax.config import ModelConfig
 
@@ -270,6 +271,8 @@ class LraClassifier(nnx.Module):
     Returns:
       [N, C] logits (float32), example n's equal to those of `__call__` on it padded alone.
     """
+    # Pooling groups tokens by (row, id), so ids must stay within 1 … L.
+    segments.check_segment_ids(segment_ids, *inputs.shape, max_id=inputs.shape[-1])
     mask = segment_ids > 0  # [R, L]
     x = self.encoder(inputs, mask, form=form, chunk_size=chunk_size, segment_ids=segment_ids,
                      positions=positions)  # [R, L, M]

@@ -29,9 +29,10 @@ import jax.numpy as jnp
 import numpy as np
 
 
-def check_segment_ids(segment_ids, batch: int, length: int) -> None:
+def check_segment_ids(segment_ids, batch: int, length: int, max_id: int | None = None) -> None:
   """Raises unless `segment_ids` is [B, L] integers; when its values are known (not traced),
-  also unless they are ≥ 0 and each positive id is one contiguous run in its row.
+  also unless they are ≥ 0 (and ≤ `max_id` where given) and each positive id is one contiguous
+  run in its row.
 
   Raises:
     TypeError: not an integer array.
@@ -54,6 +55,10 @@ def check_segment_ids(segment_ids, batch: int, length: int) -> None:
     row = int(np.argwhere(ids < 0)[0, 0])
     raise ValueError(f"segment_ids has negative ids (row {row}); use 0 for padding and a "
                      "positive id per example.")
+  if max_id is not None and (ids > max_id).any():
+    row = int(np.argwhere(ids > max_id)[0, 0])
+    raise ValueError(f"segment_ids row {row} has id {int(ids[row].max())} > {max_id}; number "
+                     f"the examples of a row 1, 2, … (at most L = {max_id} of them).")
   starts = np.concatenate([np.ones((batch, 1), bool), ids[:, 1:] != ids[:, :-1]], axis=1)
   for row in range(batch):
     run_ids = ids[row][starts[row]]

@@ -121,3 +121,12 @@ def test_retrieval_documents_stay_paired_across_rows():
                                       ids[pairs]))(model)
   expected = nnx.jit(lambda m: m(padded[pairs], lengths[pairs]))(model)
   np.testing.assert_allclose(logits, expected, rtol=2e-4, atol=2e-6)
+
+
+def test_ids_beyond_a_row_are_named():
+  """Pooling groups tokens by (row, id): an id above L would pool into another row's example."""
+  model = build()
+  packed, _ = packed_batch(LAYOUT)
+  inputs, segment_ids, positions, rows, ids = packed
+  with pytest.raises(ValueError, match=f"segment_ids row 0 has id {ROW + 5} > {ROW}"):
+    model.packed(inputs, np.where(segment_ids == 2, ROW + 5, segment_ids), positions, rows, ids)

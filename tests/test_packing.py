@@ -169,7 +169,6 @@ def test_packing_an_image_task_is_refused(tmp_path):
                          train.check_config(config), steps.make_mesh())
 
 
-@pytest.mark.slow
 def test_a_split_that_packing_cannot_shrink_trains_padded(data_dir):
   config = tiny_config(data_dir, packing=True)
   full = split_of(np.full(32, L))  # every example fills its row

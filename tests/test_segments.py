@@ -238,3 +238,11 @@ def test_code_convention_under_a_sequence_axis_is_refused():
   with jax.set_mesh(mesh), pytest.raises(ValueError, match="convention='code' cannot run with "
                                                          "sequence_axis='seq'"):
     lion_attention(q, k, v, convention="code", sequence_axis="seq", segment_ids=segment_ids())
+
+
+def test_snake_orders_refuse_packed_rows():
+  from lion_jax import grid_lion_attention  # pylint: disable=import-outside-toplevel
+  q = np.ones((1, 16, 1, 2), np.float32)
+  with pytest.raises(ValueError, match="scan_order='snake' cannot take packed rows"):
+    grid_lion_attention(q, q, q, [None, None], grid=(4, 4), scan_order="snake",
+                        segment_ids=np.ones((1, 16), np.int32))

@@ -25,7 +25,7 @@ import numpy as np
 from lra.data.split import Split
 
 # Background threads that gather the next few batches while the model runs a step.
-_READ_OPTIONS = grain.ReadOptions(num_threads=2, prefetch_buffer_size=4)
+READ_OPTIONS = grain.ReadOptions(num_threads=2, prefetch_buffer_size=4)
 
 
 def _stack_indices(indices: list[int]) -> np.ndarray:
@@ -60,7 +60,7 @@ class BatchIterator:
   """
 
   def __init__(self, dataset: grain.MapDataset, num_batches: int | None, worker_count: int):
-    iter_ds = dataset.to_iter_dataset(_READ_OPTIONS)
+    iter_ds = dataset.to_iter_dataset(READ_OPTIONS)
     if worker_count > 0:
       # grain 0.2.18 reads an absl flag when starting workers and fails in scripts that
       # never parsed flags (google/grain#1355, fixed upstream); absl.app parses them anyway.

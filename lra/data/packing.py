@@ -42,7 +42,7 @@ from typing import Any
 import grain
 import numpy as np
 
-from lra.data.batching import _READ_OPTIONS
+from lra.data.batching import READ_OPTIONS
 from lra.data.split import Split
 
 # `choose_rows` simulates this many steps per candidate row count and row length.
@@ -207,7 +207,7 @@ class PackedBatchIterator:
     self.batch_size, self.rows, self.length = batch_size, rows, row_length
     self.lengths = np.asarray(split.lengths).reshape(len(split), -1)  # [N, D]
     check_lengths(self.lengths, self.length)
-    self._iter = iter(_index_batches(len(split), batch_size, seed).to_iter_dataset(_READ_OPTIONS))
+    self._iter = iter(_index_batches(len(split), batch_size, seed).to_iter_dataset(READ_OPTIONS))
     self._pool = np.zeros(0, np.int64)
     self._warned = False
 
