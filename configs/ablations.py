@@ -294,3 +294,50 @@ def cpu_long_preset(task: str) -> dict[str, Any]:
   if task != "listops":
     raise ConfigError(f"the cpu_long preset is a ListOps preset, not one for {task!r}")
   return dict(_CPU_LONG)
+
+
+# --- the `cpu_order` preset (ListOps; Pathfinder) -----------------------------------------
+# Where the paper's Table 7 ordering (LION-S ≈ S5 ≫ Transformer) can be tested on a 2-core CPU.
+# At `cpu_long` the models differ 4x in parameters (S5 17k, LION-S 52k, Transformer 68k at width
+# 64) and the Transformer came first. The rule here: every model at about 50k parameters, at
+# the same depth (2 blocks), the width chosen per mixer (`EQUAL_PARAMETER_WIDTH`: LION-S 51.9k,
+# S5 50.0k, Transformer 52.8k on ListOps; LION-D/LIT keep LION's width, 43.7k, lacking only
+# LION-S's gate); the data and schedule the same for every model; the step count the most that
+# the slowest model trains in about an hour with two runs at a time: the Transformer, ~1.7 s a
+# step at `cpu_long` (its rows stay padded: two 250-500-token examples rarely fit one row of
+# 512), where LION-S on packed rows took 0.7 s and S5 0.24 s.
+# How the probes behind it went: docs/paper_notes.md §17.
+EQUAL_PARAMETER_WIDTH: dict[str, int] = {"lion": 64, "s5": 128, "softmax": 56}
+
+_CPU_ORDER = {
+    # cpu_long's generator and lengths, 4x the training expressions: 2,000 steps of 32 see each
+    # twice (cpu_long's 600 steps saw its 8,000 2.4 times).
+    "listops": {
+        **_CPU_LONG,
+        "data_dir": os.path.join(CPU_DATA_DIR, "listops500_32k"),
+        "generate": {**_CPU_LONG["generate"], "num_train": 32000, "num_test": 2000},
+        "packing": True,
+        "num_train_steps": 2000,
+        "warmup_epochs": 0.03,  # 30 steps of 1,000 per epoch
+        "eval_every_steps": 250,
+    },
+}
+
+
+def cpu_order_preset(task: str, mixer: str) -> dict[str, Any]:
+  """Dotted-field overrides of the `cpu_order` flag (`configs/<task>.py:<variant>,cpu_order`).
+
+  Args:
+    task: a task with such a preset (`_CPU_ORDER`).
+    mixer: the variant's mixer, which picks its width (`EQUAL_PARAMETER_WIDTH`).
+
+  Returns:
+    The task's data, model and schedule with the mixer's equal-parameter width.
+
+  Raises:
+    ConfigError: for a task without the preset.
+  """
+  if task not in _CPU_ORDER:
+    raise ConfigError(f"the cpu_order preset exists for {', '.join(_CPU_ORDER)}, not for "
+                      f"{task!r}; use `cpu` for a reduced run of {task}")
+  return {**_CPU_ORDER[task], "model.d_model": EQUAL_PARAMETER_WIDTH[mixer]}

@@ -26,8 +26,9 @@ from ml_collections import config_dict
 
 from lion_jax.config import MIXER_FIELDS, ModelConfig, preset
 from lion_jax.options import ConfigError
+from lra.tasks import TASKS as TASK_REGISTRY
 
-from configs.ablations import ABLATION_VARIANTS, cpu_long_preset, cpu_preset
+from configs.ablations import ABLATION_VARIANTS, cpu_long_preset, cpu_order_preset, cpu_preset
 
 TASKS = ("listops", "text", "retrieval", "image", "pathfinder", "pathx")
 
@@ -143,6 +144,8 @@ PRESET_FLAGS: dict[str, str] = {
     "runlocal": "a tiny model, 30 steps on 64 examples: any task in about a minute (smoke run)",
     "cpu": "a small model and a few hundred steps that fit a 2-core CPU (configs/ablations.py)",
     "cpu_long": "ListOps only: 250-500-token expressions at L = 512, the paper's HiPPO range",
+    "cpu_order": "ListOps at cpu_long's lengths, 4x the data, 2,000 steps, every model at ~50k "
+                 "parameters: where Table 7's ordering can show (configs/ablations.py)",
 }
 
 # What `runlocal` shrinks (any task then finishes in about a minute on a 2-core CPU).
@@ -257,6 +260,11 @@ def set_fields(config: config_dict.ConfigDict, overrides: dict[str, Any], source
     node[leaf] = value
 
 
+def task_option_defaults(task: str) -> dict[str, Any]:
+  """{option: default} of the task's loader options (`lra.tasks`); {} for a task without any."""
+  return dict(TASK_REGISTRY[task].options)
+
+
 def get_base_config(task: str, arg: str | None, *, batch_size: int, num_epochs: int,
                     weight_decay: float, warmup_epochs: float = 1.0,
                     extra_args: dict[str, Any] | None = None,
@@ -292,8 +300,9 @@ def get_base_config(task: str, arg: str | None, *, batch_size: int, num_epochs: 
   config.seq_len = 0
   # Keep at most this many examples per split (0: all); for smoke runs.
   config.max_examples = 0
-  # Options passed to `lra.tasks.load_task` (e.g. text `val_split`); unknown ones are errors.
-  config.task_options = config_dict.ConfigDict()
+  # Options passed to `lra.tasks.load_task`, each at the task's default (Pathfinder's
+  # `difficulty`, Text's `val_split`, ...), so that `--config.task_options.<name>=` can set them.
+  config.task_options = config_dict.ConfigDict(task_option_defaults(task))
   # Generator arguments used when the task's data is missing (empty: never generate).
   config.generate = config_dict.ConfigDict()
 
@@ -349,6 +358,8 @@ def get_base_config(task: str, arg: str | None, *, batch_size: int, num_epochs: 
     set_fields(config, for_mixer(cpu_preset(task), mixer), "cpu")
   if args.cpu_long:  # long ListOps for the HiPPO-vs-random question (configs/ablations.py)
     set_fields(config, for_mixer(cpu_long_preset(task), mixer), "cpu_long")
+  if args.cpu_order:  # equal-parameter models where Table 7's ordering can show
+    set_fields(config, for_mixer(cpu_order_preset(task, mixer), mixer), "cpu_order")
   if args.runlocal:
     set_fields(config, for_mixer(RUNLOCAL, mixer), "runlocal")
   return config, args

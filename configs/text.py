@@ -70,7 +70,7 @@ def get_config(arg=None):
   config, args = common.get_base_config(
       "text", arg, batch_size=50, num_epochs=35, weight_decay=0.07, warmup_epochs=0.0,
       baselines=BASELINES)
-  config.task_options = dict(val_split="test")
+  config.task_options.val_split = "test"
   if args.runlocal:
     config.seq_len = 256
   return config

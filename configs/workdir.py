@@ -47,6 +47,19 @@ def flatten(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:
   return flat
 
 
+def with_absent_fields(values: dict[str, Any]) -> dict[str, Any]:
+  """A stored run's dotted fields with those it predates filled in: `VALUES_BEFORE_FIELD`, and
+  the task's loader options at their defaults (runs stored before `task_options` listed them
+  loaded their data with those defaults)."""
+  values = {**VALUES_BEFORE_FIELD, **values}
+  defaults = common.task_option_defaults(values["task"]) if "task" in values else {}
+  if defaults and values.get("task_options") == {}:
+    del values["task_options"]  # an empty group is a leaf once flattened
+  for name, default in defaults.items():
+    values.setdefault(f"task_options.{name}", default)
+  return values
+
+
 def read_changes(workdir: str | Path) -> list[dict[str, Any]]:
   """The changes recorded on resumes, oldest first: [{"step", "field", "from", "to"}, ...]."""
   path = Path(workdir) / CHANGES_FILE
@@ -66,7 +79,7 @@ def stored_values(workdir: str | Path) -> dict[str, Any]:
   if not path.is_file():
     raise ConfigError(f"{path} not found: is {workdir} a run folder written by "
                       "`run.py --config ... --workdir`? Or pass --config explicitly.")
-  values = {**VALUES_BEFORE_FIELD, **flatten(json.loads(path.read_text()))}
+  values = with_absent_fields(flatten(json.loads(path.read_text())))
   for change in read_changes(workdir):
     values[change["field"]] = change["to"]
   return values

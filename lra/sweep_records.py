@@ -39,8 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from configs import ablations
-from configs.workdir import (CHANGES_FILE, CONFIG_FILE, VALUES_BEFORE_FIELD, flatten,
-                             stored_values)
+from configs.workdir import (CHANGES_FILE, CONFIG_FILE, flatten, stored_values,
+                             with_absent_fields)
 from lion_jax.config import MIXER_FIELDS, ModelConfig
 from lra import resume
 from lra.metrics import METRICS_FILE, TIMING_FILE
@@ -282,7 +282,7 @@ def describe(fields: dict[str, tuple[Any, Any]], limit: int = 6) -> str:
 REBUILT_FILE = "configs.json"
 # Fields added after the earliest published sweeps, with the value that gives the model of then
 # (no baselines, positions, snake orders or context parallelism existed yet), beside the ones a
-# resume fills in (`configs.workdir.VALUES_BEFORE_FIELD`).
+# resume fills in (`configs.workdir.with_absent_fields`).
 ADDED_SINCE: dict[str, Any] = {"model.mixer": "lion", "model.positional": "none",
                                "model.scan_order": "raster", "model.grid": None,
                                "model.sequence_axis": None}
@@ -338,7 +338,7 @@ def rebuild(commit: str, runs: list[Run]) -> dict[str, dict]:
   for key, config in json.loads(built.strip().splitlines()[-1]).items():
     if "error" in config:
       raise RuntimeError(f"{key} at {commit}: {config['error']}")
-    values = {**ADDED_SINCE, **VALUES_BEFORE_FIELD, **flatten(config)}
+    values = {**ADDED_SINCE, **with_absent_fields(flatten(config))}
     out[key] = {"commit": commit, "config": {f: v for f, v in result_fields(values).items()
                                              if f != "seed"}}
   return out
@@ -355,7 +355,7 @@ def stale_rebuilt(folder: str | Path) -> dict[tuple[str, str], dict[str, tuple[A
   for key, entry in rebuilt["configs"].items():
     task, variant = key.split("/")
     # Fields added after the rebuild hold the value that gives the run it was.
-    recorded = result_fields({**VALUES_BEFORE_FIELD, **entry["config"]})
+    recorded = result_fields(with_absent_fields(entry["config"]))
     fields = _against_today(_row(task, variant, rebuilt["flags"], rebuilt["sets"]), recorded)
     if fields:
       out[task, variant] = fields

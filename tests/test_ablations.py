@@ -12,6 +12,7 @@ import pytest
 
 from configs import ablations, common
 from lion_jax import ModelConfig
+from lion_jax.options import ConfigError
 from lra import steps, train
 from lra.data.batching import make_loader
 from tests.lra_fixtures import SHRINK, fixture_data
@@ -195,3 +196,24 @@ def test_reduced_presets_size_every_table7_model_by_one_rule(flag):
   assert configs["s5"].model.chunk_size == ModelConfig.__dataclass_fields__["chunk_size"].default
   for variant, config in configs.items():
     assert train.check_config(config).mixer == config.model.mixer, variant
+
+
+def test_cpu_order_preset_gives_every_model_about_the_same_parameters():
+  """The rule of `cpu_order`: same depth, data and schedule; the width per mixer puts LION-S,
+  S5 and the Transformer within 6% of one another (the comparison Table 7 is read as)."""
+  from flax import nnx  # pylint: disable=import-outside-toplevel
+  from lion_jax.models import LraClassifier, count_params  # pylint: disable=import-outside-toplevel
+  configs = {v: _config("listops", f"{v},cpu_order") for v in ("lion_s", "s5", "transformer")}
+  counts = {}
+  for variant, config in configs.items():
+    model_config = train.check_config(config)
+    model = nnx.eval_shape(lambda mc=model_config: LraClassifier(
+        mc, num_classes=10, vocab_size=18, dual_input=False, rngs=nnx.Rngs(0)))
+    counts[variant] = count_params(model)
+  assert max(counts.values()) / min(counts.values()) < 1.06, counts
+  for field in ("model.num_layers", "seq_len", "data_dir", "batch_size", "num_train_steps",
+                "learning_rate", "warmup_epochs", "packing"):
+    assert len({str(_flat(c)[field]) for c in configs.values()}) == 1, field
+  assert configs["s5"].model.d_model != configs["lion_s"].model.d_model  # widths do differ
+  with pytest.raises(ConfigError, match="cpu_order preset exists for listops"):
+    _config("text", "lion_s,cpu_order")

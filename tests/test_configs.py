@@ -123,3 +123,28 @@ def test_workdir_config_round_trips_config_json(tmp_path):
   restored.model.key_dim = 8  # a None field stays settable
   with pytest.raises(ConfigError, match="config.json not found"):
     workdir_config.get_config(str(tmp_path / "nope"))
+
+
+def test_task_options_are_fields_at_the_task_defaults_and_settable_from_the_command_line():
+  assert dict(get_config("pathfinder", "runlocal").task_options) == {"difficulty": "hard",
+                                                                      "split": "random"}
+  assert dict(get_config("text", "runlocal").task_options) == {"source": "auto",
+                                                                "val_split": "test"}
+  argv = ["run.py", f"--config={ROOT}/configs/pathfinder.py:runlocal",
+          "--config.task_options.difficulty=easy"]
+  values = flags.FlagValues()
+  config_flags.DEFINE_config_file("config", None, flag_values=values, sys_argv=argv)
+  values(argv)
+  assert values.config.task_options.difficulty == "easy"
+
+
+def test_a_run_stored_before_task_options_were_fields_reads_as_the_task_defaults(tmp_path):
+  """Stored runs kept `task_options` empty: they loaded the task's defaults, which is what
+  resumes and the sweep's stale-row check must see (else every such run would read as changed)."""
+  config = json.loads(get_config("pathfinder", "runlocal").to_json_best_effort())
+  config["task_options"] = {}
+  (tmp_path / "config.json").write_text(json.dumps(config))
+  stored = workdir_config.stored_values(tmp_path)
+  assert stored["task_options.difficulty"] == "hard" and "task_options" not in stored
+  assert stored == workdir_config.flatten(
+      json.loads(get_config("pathfinder", "runlocal").to_json_best_effort()))
