@@ -58,19 +58,26 @@ def plot(runs: list[dict], path: Path) -> None:
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
   fig, (ax_step, ax_time) = plt.subplots(1, 2, figsize=(12, 4.2))
+  # One colour per model, one line style per probe: the same model reads across probes.
+  variants = sorted({run["variant"] for run in runs})
+  labels = list(dict.fromkeys(run["label"] for run in runs))
+  colours = plt.get_cmap("tab10")
   for run in runs:
     if not run["evals"]:
       continue
     steps, seconds, acc = zip(*run["evals"])
+    style = dict(marker=".", color=colours(variants.index(run["variant"]) % 10),
+                 linestyle=("-", "--", ":", "-.")[labels.index(run["label"]) % 4])
     name = f"{run['label']} {run['variant']} {run['seed']}"
-    line, = ax_step.plot(steps, [100 * a for a in acc], marker=".", label=name)
-    ax_time.plot(seconds, [100 * a for a in acc], marker=".", color=line.get_color())
+    ax_step.plot(steps, [100 * a for a in acc], label=name, **style)
+    ax_time.plot(seconds, [100 * a for a in acc], **style)
   ax_step.set_xlabel("training steps")
   ax_time.set_xlabel("training seconds")
   for ax in (ax_step, ax_time):
     ax.set_ylabel("validation accuracy (%)")
     ax.grid(alpha=0.3)
-  ax_time.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+  ax_time.legend(*ax_step.get_legend_handles_labels(), fontsize=7, loc="center left",
+                 bbox_to_anchor=(1.01, 0.5))
   fig.tight_layout()
   fig.savefig(path, dpi=110)
   plt.close(fig)
