@@ -1,8 +1,8 @@
 r"""Learning curves of several sweeps side by side: where each model goes as a preset changes.
 
 Each argument is `LABEL=DIR`, a sweep's records folder (`lion-sweep ... --records DIR`) or its
-`--workdir`, e.g. one folder per depth of a probe. Plots validation accuracy against training steps (left) and
-training seconds (right), one line per (label, variant, seed), and prints a table per run:
+`--workdir`, e.g. one folder per depth of a probe. Plots validation accuracy against training
+steps (left) and training seconds (right), one line per (label, variant, seed), and prints a table per run:
 parameters, steps, training seconds, best validation accuracy and its step, test accuracy at
 that step (the run's results.json), and the accuracy at each evaluation.
 
@@ -18,13 +18,15 @@ import argparse
 import json
 from pathlib import Path
 
+from lra.metrics import TIMING_FILE
+
 
 def read_runs(label: str, folder: Path) -> list[dict]:
   """[{label, task, variant, seed, evals: [(step, seconds, acc)], results | None}] of a folder."""
   runs = []
   # A records folder keeps runs under runs/; a sweep's workdir holds them directly.
-  found = sorted(folder.glob("runs/*/*/seed*/timing.jsonl")) or sorted(
-      folder.glob("*/*/seed*/timing.jsonl"))
+  found = sorted(folder.glob(f"runs/*/*/seed*/{TIMING_FILE}")) or sorted(
+      folder.glob(f"*/*/seed*/{TIMING_FILE}"))
   for timing in found:
     run_dir = timing.parent
     evals = [(r["step"], r["train_seconds"], r["eval_accuracy"])

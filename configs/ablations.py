@@ -296,17 +296,17 @@ def cpu_long_preset(task: str) -> dict[str, Any]:
   return dict(_CPU_LONG)
 
 
-# --- the `cpu_order` preset (ListOps; Pathfinder) -----------------------------------------
+# --- the `cpu_order` preset (ListOps) ----------------------------------------------------
 # Where the paper's Table 7 ordering (LION-S ≈ S5 ≫ Transformer) can be tested on a 2-core CPU.
 # At `cpu_long` the models differ 4x in parameters (S5 17k, LION-S 52k, Transformer 68k at width
 # 64) and the Transformer came first. The rule here: every model at about 50k parameters, at
-# the same depth (2 blocks), the width chosen per mixer (`EQUAL_PARAMETER_WIDTH`: LION-S 51.9k,
-# S5 50.0k, Transformer 52.8k on ListOps; LION-D/LIT keep LION's width, 43.7k, lacking only
-# LION-S's gate); the data and schedule the same for every model; the step count the most that
-# the slowest model trains in about an hour with two runs at a time: the Transformer, ~1.7 s a
-# step at `cpu_long` (its rows stay padded: two 250-500-token examples rarely fit one row of
-# 512), where LION-S on packed rows took 0.7 s and S5 0.24 s.
-# How the probes behind it went: docs/paper_notes.md §17.
+# the same depth (2 blocks), the width chosen per mixer (`EQUAL_PARAMETER_WIDTH`: LION-S 51,594,
+# S5 49,466, Transformer 52,538 on ListOps; LION-D/LIT keep LION's width, 43.4k/43.1k, lacking
+# only LION-S's gate); the data and schedule the same for every model; the step count the most
+# that the slowest model trains in about an hour with two runs at a time: the Transformer, ~1.7 s
+# a step at `cpu_long` (its rows stay padded: two 250-500-token examples rarely fit one row of
+# 512), where LION-S on packed rows took 0.7 s and S5 0.24 s. No Pathfinder preset yet: the
+# probes (S5 on Pathfinder-32 "easy") did not fit the hour. docs/paper_notes.md §17.
 EQUAL_PARAMETER_WIDTH: dict[str, int] = {"lion": 64, "s5": 128, "softmax": 56}
 
 _CPU_ORDER = {
@@ -335,9 +335,13 @@ def cpu_order_preset(task: str, mixer: str) -> dict[str, Any]:
     The task's data, model and schedule with the mixer's equal-parameter width.
 
   Raises:
-    ConfigError: for a task without the preset.
+    ConfigError: for a task without the preset, or a mixer without a width.
   """
   if task not in _CPU_ORDER:
     raise ConfigError(f"the cpu_order preset exists for {', '.join(_CPU_ORDER)}, not for "
                       f"{task!r}; use `cpu` for a reduced run of {task}")
+  if mixer not in EQUAL_PARAMETER_WIDTH:
+    raise ConfigError(f"the cpu_order preset has no width for mixer {mixer!r}: add its "
+                      "equal-parameter width (about 50k parameters at 2 blocks) to "
+                      "configs/ablations.EQUAL_PARAMETER_WIDTH")
   return {**_CPU_ORDER[task], "model.d_model": EQUAL_PARAMETER_WIDTH[mixer]}

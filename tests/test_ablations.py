@@ -217,3 +217,5 @@ def test_cpu_order_preset_gives_every_model_about_the_same_parameters():
   assert configs["s5"].model.d_model != configs["lion_s"].model.d_model  # widths do differ
   with pytest.raises(ConfigError, match="cpu_order preset exists for listops"):
     _config("text", "lion_s,cpu_order")
+  with pytest.raises(ConfigError, match="no width for mixer 'mamba'.*EQUAL_PARAMETER_WIDTH"):
+    ablations.cpu_order_preset("listops", "mamba")

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -328,3 +329,32 @@ def test_results_give_the_majority_class_and_warn_when_no_model_beats_it(tmp_pat
           "points (best: S5, 21.00%)") in text
   assert "Pathfinder: too short" not in text
   assert next(csv.DictReader((root / "out/results.csv").open()))["majority_test_accuracy"] == "17.3"
+
+
+def test_cpu_order_lists_table7_at_equal_parameters(tmp_path, capsys):
+  argv = ["--tasks", "listops", "--variants", "lion_s,s5,transformer", "--workdir", str(tmp_path),
+          "--cpu-order", "--list"]
+  assert sweep.main(argv) == 0
+  lines = [shlex.split(line) for line in capsys.readouterr().out.splitlines()]
+  assert [line[2].rsplit(":", 1)[1] for line in lines] == [
+      "lion_s,cpu_order", "s5,cpu_order", "transformer,cpu_order"]
+
+
+def test_probe_curves_reads_the_published_equal_parameter_sweep():
+  """bench/probe_curves.py reads a records folder as the sweep's own report does: every run of
+  docs/sweep/table7_order with the test accuracy its results.csv lists."""
+  import importlib.util  # pylint: disable=import-outside-toplevel
+  root = Path(__file__).resolve().parents[1]
+  spec = importlib.util.spec_from_file_location("probe_curves", root / "bench/probe_curves.py")
+  probe_curves = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(probe_curves)
+  runs = probe_curves.read_runs("order", root / "docs/sweep/table7_order")
+  read = {(r["variant"], r["seed"]): r["results"]["test_accuracy"] for r in runs}
+  with open(root / "docs/sweep/table7_order/results.csv", encoding="utf-8") as f:
+    rows = list(csv.DictReader(f))
+  assert len(read) == len(rows) == 10
+  for row in rows:
+    assert abs(100 * read[row["variant"], f"seed{row['seed']}"]
+               - float(row["test_accuracy"])) < 1e-6, row
+  assert all(len(r["evals"]) == 8 for r in runs)  # 2,000 steps, evaluated every 250
+  assert "| order | listops | transformer | seed0 |" in probe_curves.table(runs)
