@@ -316,9 +316,10 @@ def get_base_config(task: str, arg: str | None, *, batch_size: int, num_epochs: 
   # Evaluation batch size (0: same as batch_size); the last batch is padded and masked.
   config.eval_batch_size = 0
   # Train on packed rows: each step's batch_size examples end to end in fewer rows, each
-  # example kept apart by every mixer (lra/data/packing.py; docs/usage.md). Token tasks only;
-  # evaluation stays padded.
-  config.packing = False
+  # example kept apart by every mixer (lra/data/packing.py; docs/usage.md). On for the token
+  # tasks, whose padded rows are half or more padding (1.7x the examples/s of LION-S and S5 on
+  # ListOps, docs/benchmarks.md §12); images are never padded. Evaluation stays padded.
+  config.packing = TASK_REGISTRY[task].info.input_kind == "tokens"
   config.num_epochs = num_epochs
   # When > 0, train exactly this many steps instead of num_epochs.
   config.num_train_steps = 0

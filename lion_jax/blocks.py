@@ -19,6 +19,8 @@ Shapes: B batch, L length, M = d_model.
 
 from __future__ import annotations
 
+import inspect
+
 import jax
 from flax import nnx
 
@@ -34,6 +36,12 @@ MIXERS = {"lion": LionMixer, "s5": S5Mixer, "softmax": SoftmaxMixer}
 def make_mixer(config: ModelConfig, *, rngs: nnx.Rngs):
   """The sequence mixer named by `config.mixer`."""
   return MIXERS[config.mixer](config, rngs=rngs)
+
+
+def takes_segments(mixer: str) -> bool:
+  """Whether the mixer named `mixer` keeps the examples of a packed row apart: its `__call__`
+  takes `segment_ids` (LION, S5 and softmax attention do; a new mixer may not yet)."""
+  return "segment_ids" in inspect.signature(MIXERS[mixer].__call__).parameters
 
 
 def apply_mixer(mixer, x, mask, *, form, chunk_size, segment_ids):
@@ -182,4 +190,4 @@ def zero_padding(x, mask):
 
 
 __all__ = ["MIXERS", "S5Block", "TransformerBlock", "apply_mixer", "apply_norm", "make_block",
-           "make_mixer", "make_norm", "zero_padding"]
+           "make_mixer", "make_norm", "takes_segments", "zero_padding"]

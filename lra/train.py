@@ -32,6 +32,7 @@ from jax.experimental import multihost_utils
 from ml_collections import config_dict
 
 from lion_jax.attention import resolve_residuals
+from lion_jax.blocks import takes_segments
 from lion_jax.config import ModelConfig
 from lion_jax.options import ConfigError
 from lra import checkpoint, metrics, optim, resume, run_records, steps
@@ -97,6 +98,11 @@ def _check_splittable(config: config_dict.ConfigDict) -> None:
     raise ConfigError(f"config.mesh={tuple(config.mesh)} splits every sequence over 'seq', but "
                      f"config.model.scan_order={config.model.scan_order!r} moves tokens between "
                      "the pieces; use scan_order 'raster' or --config.mesh='(-1, 1)'.")
+  if config.packing and config.model.convention == "code":
+    raise ConfigError(f"config.mesh={tuple(config.mesh)} splits every sequence over 'seq', and "
+                     "config.packing=True puts several examples in a row, which the 'code' "
+                     "convention cannot split (each shard would need every example's first "
+                     "gate); set config.model.convention='symmetric' or config.packing=False.")
 
 
 def _check_fields(present: set[str], valid: tuple[str, ...], where: str) -> None:
@@ -435,6 +441,12 @@ def _train_batches(config, split, info: TaskInfo, model_config: ModelConfig, mes
   if model_config.scan_order != "raster":
     raise ConfigError(f"config.packing=True cannot pack rows for "
                       f"config.model.scan_order={model_config.scan_order!r}; use 'raster'.")
+  if not takes_segments(model_config.mixer):
+    logging.info("training on padded rows: mixer %r takes no segment_ids, so it cannot keep "
+                 "packed examples apart (docs/design.md, \"A sequence mixer\")",
+                 model_config.mixer)
+    return make_loader(split, batch_size=config.batch_size, seed=config.seed, shuffle=True,
+                       drop_remainder=True)
   rows, row_length = packing.choose_rows(
       split.lengths, batch_size=config.batch_size, length=split.inputs.shape[-1],
       seed=config.seed, multiple=mesh.shape[steps.DATA_AXIS],

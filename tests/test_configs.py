@@ -55,6 +55,19 @@ def test_runlocal_shrinks_model_batch_steps_and_data(task):
     assert not local.generate and local.data_dir == full.data_dir
 
 
+@pytest.mark.parametrize("task", common.TASKS)
+def test_token_tasks_train_packed_by_default_and_the_published_presets_padded(task):
+  tokens = task in ("listops", "text", "retrieval")
+  variants = ("lion_s", "s5") if task == "pathx" else ("lion_s", "s5", "transformer")
+  for variant in variants:
+    assert get_config(task, variant).packing == tokens, variant
+    assert get_config(task, f"{variant},runlocal").packing == tokens, variant
+    assert not get_config(task, f"{variant},cpu").packing  # as their tables were trained
+  if task == "listops":
+    assert not get_config(task, "lion_s,cpu_long").packing
+    assert get_config(task, "lion_s,cpu_order").packing
+
+
 def test_s5_schedule_numbers_per_task():
   expected = {"listops": (50, 40, 0.04), "text": (50, 35, 0.07), "retrieval": (32, 20, 0.05),
               "image": (50, 250, 0.07), "pathfinder": (64, 200, 0.03), "pathx": (32, 75, 0.06)}

@@ -107,17 +107,24 @@ def metric_rows(workdir: Path) -> list[dict]:
   return [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
 
 
-def test_two_processes_of_two_devices_train_as_one_process_of_four(tmp_path):
+@pytest.mark.parametrize("packing", [
+    True,  # ListOps' default: each step's 8 examples end to end in fewer rows
+    pytest.param(False, marks=pytest.mark.slow)])
+def test_two_processes_of_two_devices_train_as_one_process_of_four(tmp_path, packing):
   # Each job generates its own copy of the (seeded) data; the 2-process job's process 0
   # generates while process 1 waits.
-  one = Job(tmp_path / "logs1", train_args(tmp_path / "one", tmp_path / "data1", 6),
+  # The expressions have 16-82 tokens: at L = 128 a step's 8 fill fewer rows when packed.
+  flags = [f"--config.packing={packing}", "--config.seq_len=128"]
+  one = Job(tmp_path / "logs1", [*train_args(tmp_path / "one", tmp_path / "data1", 6), *flags],
             num_processes=1, devices=4)
-  two = Job(tmp_path / "logs2", train_args(tmp_path / "two", tmp_path / "data2", 6),
+  two = Job(tmp_path / "logs2", [*train_args(tmp_path / "two", tmp_path / "data2", 6), *flags],
             num_processes=2, devices=2)
   with one, two:
     assert one.wait() == [0], one.tail()
     assert two.wait() == [0, 0], two.tail()
   assert "process 1 of 2" in two.log(1)
+  for log in (one.log(0), two.log(0), two.log(1)):
+    assert ("packing 8 examples a step into" in log) == packing, log[-2000:]
   expected, got = results(tmp_path / "one"), results(tmp_path / "two")
   for key in RESULT_KEYS:
     assert got[key] == expected[key], key

@@ -65,14 +65,17 @@ def test_every_step_holds_the_batch_and_every_epoch_every_example():
   assert counts.sum() == 3 * 96 and counts.max() <= 4 and (counts >= 2).all()
 
 
-def test_the_chosen_layout_is_the_smallest_that_packs():
+@pytest.mark.parametrize("multiple", [1, 2, 4])  # the data-parallel device count
+def test_the_chosen_layout_is_the_smallest_that_packs(multiple):
   lengths = lengths_like_listops(200).reshape(-1, 1)
-  rows, row_length = packing.choose_rows(lengths, batch_size=16, length=L, seed=0, multiple=2)
-  assert rows % 2 == 0 and row_length % (L // 4) == 0 and L <= row_length <= 4 * L
+  rows, row_length = packing.choose_rows(lengths, batch_size=16, length=L, seed=0,
+                                         multiple=multiple)
+  assert rows % multiple == 0 and row_length % (L // 4) == 0 and L <= row_length <= 4 * L
   assert packing.packs(lengths, batch_size=16, rows=rows, length=row_length, seed=0)
+  assert rows * row_length < 16 * L  # these lengths leave half of the padded slots empty
   for quarters in range(4, 17):  # no layout with fewer token slots packs (the most such rows)
     other = quarters * L // 4
-    fewer = [r for r in range(2, 17, 2) if r * other < rows * row_length]
+    fewer = [r for r in range(multiple, 17, multiple) if r * other < rows * row_length]
     assert not fewer or not packing.packs(lengths, batch_size=16, rows=fewer[-1], length=other,
                                           seed=0)
   # Softmax attention keeps rows of L.

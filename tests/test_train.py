@@ -288,6 +288,7 @@ def test_a_new_mixer_is_a_module_and_two_registry_entries(data_dir, tmp_path, mo
   monkeypatch.setitem(CHOICES, "mixer", (*CHOICES["mixer"], "mean"))
   monkeypatch.setitem(MIXERS, "mean", MeanMixer)
   config = tiny_config(data_dir, **{"model.mixer": "mean", "model.chunk_size": 64})  # LION's
+  assert config.packing  # ListOps' default: a mixer without segment_ids trains padded rows
   results = train.train_and_evaluate(config, str(tmp_path), progress=False)
   assert results["eval_form"] == "mean" and 0 <= results["test_accuracy"] <= 1
   assert results["num_params"] > 0 and (tmp_path / "curves.png").is_file()

@@ -103,7 +103,9 @@ def test_a_mesh_that_does_not_use_the_devices_is_named():
 @pytest.mark.parametrize("field, value, message", [
     ("model.form", "rnn", r"config\.model\.form='rnn'"),
     ("eval_form", "attention", r"config\.eval_form='attention'"),
-    ("model.scan_order", "snake", r"config\.model\.scan_order='snake'")])
+    ("model.scan_order", "snake", r"config\.model\.scan_order='snake'"),
+    # packed rows (the token tasks' default) cannot be split in the code convention
+    ("model.convention", "code", r"config\.packing=True .*config\.model\.convention='symmetric'")])
 def test_a_sequence_split_the_model_cannot_run_is_named(field, value, message):
   config = listops.get_config("lion_s,runlocal")
   config.mesh = (-1, 2)

@@ -173,23 +173,22 @@ def choose_rows(lengths: np.ndarray, *, batch_size: int, length: int, seed: int,
   """
   lengths = np.asarray(lengths).reshape(len(lengths), -1)
   check_lengths(lengths, length)
-  round_up = lambda r: -(-r // multiple) * multiple
-  best = (round_up(batch_size * lengths.shape[1]), length)  # one document per row always fits
+  groups = lambda rows: -(-rows // multiple)  # rows are counted in groups of `multiple`
+  best = (groups(batch_size * lengths.shape[1]) * multiple, length)  # one document a row fits
   for quarters in range(4, 4 * max_factor + 1):
     row_length = quarters * length // 4
-    fits = lambda rows, row_length=row_length: packs(
-        lengths, batch_size=batch_size, rows=rows, length=row_length, seed=seed)
-    low = round_up(max(1, int(np.ceil(batch_size * lengths.sum(1).mean() / row_length))))
-    high = round_up(-(-best[0] * best[1] // row_length))  # no more slots than the best so far
+    fits = lambda k, row_length=row_length: packs(
+        lengths, batch_size=batch_size, rows=k * multiple, length=row_length, seed=seed)
+    # Bisect on k groups: the mean fill bounds k below, the best layout so far above.
+    low = groups(max(1, int(np.ceil(batch_size * lengths.sum(1).mean() / row_length))))
+    high = groups(-(-best[0] * best[1] // row_length))
     if not fits(high):
       continue
     while low < high:
-      middle = round_up((low + high) // 2)
-      if middle >= high:
-        break
-      low, high = (low, middle) if fits(middle) else (middle + multiple, high)
-    if high * row_length < best[0] * best[1]:
-      best = (high, row_length)
+      middle = (low + high) // 2
+      low, high = (low, middle) if fits(middle) else (middle + 1, high)
+    if high * multiple * row_length < best[0] * best[1]:
+      best = (high * multiple, row_length)
   return best
 
 
