@@ -135,13 +135,16 @@ def form_name(config: config_dict.ConfigDict) -> str:
 
 # --- data ------------------------------------------------------------------------------
 
-def _generate(task: str, data_dir: str, kwargs: dict[str, Any]) -> None:
-  """Runs the task's generator into `data_dir` (ListOps, Pathfinder, Path-X only)."""
+def _generate(task: str, data_dir: str, kwargs: dict[str, Any],
+              task_options: dict[str, Any]) -> None:
+  """Runs the task's generator into `data_dir` (ListOps, Pathfinder, Path-X only); Pathfinder
+  and Path-X draw the difficulty the task will load (`task_options.difficulty`)."""
   if task == "listops":
     from lra.data.generators import listops  # pylint: disable=import-outside-toplevel
     listops.generate(data_dir, **kwargs)
   elif task in ("pathfinder", "pathx"):
     from lra.data.generators import pathfinder  # pylint: disable=import-outside-toplevel
+    kwargs = {"difficulty": task_options.get("difficulty", "hard"), **kwargs}
     pathfinder.generate(data_dir, resolution=32 if task == "pathfinder" else 128, **kwargs)
   else:
     raise ConfigError(f"config.generate is set but task {task!r} has no generator")
@@ -181,7 +184,8 @@ def load_or_generate(config: config_dict.ConfigDict):
       raise
   logging.info("%s data missing under %s: generating %s", config.task, config.data_dir,
                config.generate.to_dict())
-  _generate(config.task, config.data_dir, config.generate.to_dict())
+  _generate(config.task, config.data_dir, config.generate.to_dict(),
+            config.task_options.to_dict())
   return load_task(config.task, config.data_dir, **kwargs)
 
 

@@ -323,6 +323,17 @@ def test_non_finite_loss_stops_with_the_step_and_keeps_the_last_good_checkpoint(
   assert not (tmp_path / "results.json").exists()
 
 
+def test_missing_pathfinder_images_are_generated_at_the_difficulty_the_task_loads(tmp_path):
+  from configs import pathfinder  # pylint: disable=import-outside-toplevel
+  config = pathfinder.get_config("runlocal")
+  config.data_dir = str(tmp_path)
+  config.generate.num = 20
+  config.task_options.difficulty = "easy"
+  splits, _ = train.load_data(config)
+  assert sum(len(split.labels) for split in splits.values()) == 20
+  assert [p.name for p in (tmp_path / "pathfinder32").iterdir()] == ["curv_baseline"]
+
+
 def test_missing_data_folder_says_what_to_supply(tmp_path):
   config = tiny_config(tmp_path / "empty", generate={})
   with pytest.raises(MissingDataError, match=r"python -m lra.data generate listops"):
