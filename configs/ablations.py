@@ -309,8 +309,10 @@ def cpu_long_preset(task: str) -> dict[str, Any]:
 # only LION-S's gate); the data and schedule the same for every model; the step count the most
 # that the slowest model trains in about an hour with two runs at a time: the Transformer, ~1.7 s
 # a step at `cpu_long` (its rows stay padded: two 250-500-token examples rarely fit one row of
-# 512), where LION-S on packed rows took 0.7 s and S5 0.24 s. No Pathfinder preset yet: the
-# probes (S5 on Pathfinder-32 "easy") did not fit the hour. docs/paper_notes.md §17.
+# 512), where LION-S on packed rows took 0.7 s and S5 0.24 s. docs/paper_notes.md §17.
+# No Pathfinder preset: on Pathfinder-32 "easy" every probe stayed at chance within an hour a
+# run (§18). The widths are ListOps's: Pathfinder's baselines differ (its Transformer, with
+# 16-wide attention and an MLP of 1x, has 20.7k parameters at width 56 and 50.9k at 96).
 EQUAL_PARAMETER_WIDTH: dict[str, int] = {"lion": 64, "s5": 128, "softmax": 56}
 
 _CPU_ORDER = {
