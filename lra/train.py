@@ -144,7 +144,7 @@ def _generate(task: str, data_dir: str, kwargs: dict[str, Any],
     listops.generate(data_dir, **kwargs)
   elif task in ("pathfinder", "pathx"):
     from lra.data.generators import pathfinder  # pylint: disable=import-outside-toplevel
-    kwargs = {"difficulty": task_options.get("difficulty", "hard"), **kwargs}
+    kwargs = {"difficulty": task_options["difficulty"], **kwargs}
     pathfinder.generate(data_dir, resolution=32 if task == "pathfinder" else 128, **kwargs)
   else:
     raise ConfigError(f"config.generate is set but task {task!r} has no generator")
@@ -435,9 +435,10 @@ def train_and_evaluate(config: config_dict.ConfigDict, workdir: str,
 
 def _train_batches(config, split, info: TaskInfo, model_config: ModelConfig, mesh):
   """The training batch iterator: padded rows, or packed ones with `config.packing`."""
+  padded = lambda: make_loader(split, batch_size=config.batch_size, seed=config.seed,
+                               shuffle=True, drop_remainder=True)
   if not config.packing:
-    return make_loader(split, batch_size=config.batch_size, seed=config.seed, shuffle=True,
-                       drop_remainder=True)
+    return padded()
   if info.input_kind != "tokens":
     raise ConfigError(f"config.packing=True packs variable-length token sequences; "
                       f"{config.task!r} has images of one size, never padded. Leave "
@@ -449,8 +450,7 @@ def _train_batches(config, split, info: TaskInfo, model_config: ModelConfig, mes
     logging.info("training on padded rows: mixer %r takes no segment_ids, so it cannot keep "
                  "packed examples apart (docs/design.md, \"A sequence mixer\")",
                  model_config.mixer)
-    return make_loader(split, batch_size=config.batch_size, seed=config.seed, shuffle=True,
-                       drop_remainder=True)
+    return padded()
   rows, row_length = packing.choose_rows(
       split.lengths, batch_size=config.batch_size, length=split.inputs.shape[-1],
       seed=config.seed, multiple=mesh.shape[steps.DATA_AXIS],
@@ -458,8 +458,7 @@ def _train_batches(config, split, info: TaskInfo, model_config: ModelConfig, mes
   if rows * row_length >= config.batch_size * split.inputs[0].size:
     logging.info("packing saves no token slots here (%d rows of %d tokens); training on padded "
                  "rows", rows, row_length)
-    return make_loader(split, batch_size=config.batch_size, seed=config.seed, shuffle=True,
-                       drop_remainder=True)
+    return padded()
   logging.info("packing %d examples a step into %d rows of %d tokens: padding %.1f%% of the "
                "token slots (padded: %.1f%%)", config.batch_size, rows, row_length,
                100 * packing.padding_share(split.lengths, row_length, rows, config.batch_size),

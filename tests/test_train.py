@@ -16,7 +16,7 @@ from flax import nnx
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from configs import listops as listops_config
-from lion_jax.blocks import MIXERS
+from lion_jax.blocks import MIXERS, takes_segments
 from lion_jax.models import masked_mean
 from lion_jax.options import CHOICES
 from configs import workdir as workdir_config
@@ -289,6 +289,7 @@ def test_a_new_mixer_is_a_module_and_two_registry_entries(data_dir, tmp_path, mo
   monkeypatch.setitem(MIXERS, "mean", MeanMixer)
   config = tiny_config(data_dir, **{"model.mixer": "mean", "model.chunk_size": 64})  # LION's
   assert config.packing  # ListOps' default: a mixer without segment_ids trains padded rows
+  assert not takes_segments("mean") and all(takes_segments(m) for m in ("lion", "s5", "softmax"))
   results = train.train_and_evaluate(config, str(tmp_path), progress=False)
   assert results["eval_form"] == "mean" and 0 <= results["test_accuracy"] <= 1
   assert results["num_params"] > 0 and (tmp_path / "curves.png").is_file()
