@@ -300,7 +300,7 @@ def cpu_long_preset(task: str) -> dict[str, Any]:
   return dict(_CPU_LONG)
 
 
-# --- the `cpu_order` preset (ListOps) ----------------------------------------------------
+# --- the `cpu_order` preset (ListOps, Pathfinder) ------------------------------------------
 # Where the paper's Table 7 ordering (LION-S ≈ S5 ≫ Transformer) can be tested on a 2-core CPU.
 # At `cpu_long` the models differ 4x in parameters (S5 17k, LION-S 52k, Transformer 68k at width
 # 64) and the Transformer came first. The rule here: every model at about 50k parameters, at
@@ -310,10 +310,23 @@ def cpu_long_preset(task: str) -> dict[str, Any]:
 # that the slowest model trains in about an hour with two runs at a time: the Transformer, ~1.7 s
 # a step at `cpu_long` (its rows stay padded: two 250-500-token examples rarely fit one row of
 # 512), where LION-S on packed rows took 0.7 s and S5 0.24 s. docs/paper_notes.md §17.
-# No Pathfinder preset: on Pathfinder-32 "easy" every probe stayed at chance within an hour a
-# run (§18). The widths are ListOps's: Pathfinder's baselines differ (its Transformer, with
-# 16-wide attention and an MLP of 1x, has 20.7k parameters at width 56 and 50.9k at 96).
-EQUAL_PARAMETER_WIDTH: dict[str, int] = {"lion": 64, "s5": 128, "softmax": 56}
+#
+# Pathfinder has its own widths: its baselines differ from ListOps's (the Transformer's attention
+# is 16 wide with an MLP of 1x, S5 gets the release's ListOps state size P = 16, since its
+# Pathfinder P = 256 would hold most of the parameters at these widths). On Pathfinder-32 "easy"
+# every probe stayed at chance within an hour a run; without the distractor curves S5 learns
+# (docs/paper_notes.md §18). So the Pathfinder preset is that task: Pathfinder-32 "easy" with no
+# distractors, every model at about 12k parameters (the size of the S5 probe that passed 60%
+# test: 15k), 2 blocks of 2 heads as the `cpu` preset's Pathfinder, and the same rule for steps:
+# the most that the slowest model trains in about an hour with two runs at a time, evaluations
+# included. The Transformer at 2 heads takes 2.55 s a step at L = 1024 (4.9 s at 4 heads; LION-S
+# 0.60 s, S5 0.23 s; batch 32, idle): 1,000 steps. Images enough that none is seen twice.
+EQUAL_PARAMETER_WIDTH: dict[str, dict[str, int]] = {
+    # LION-S 51,594, S5 49,466, Transformer 52,538 (LION-D 43,402, LION-LIT 43,146).
+    "listops": {"lion": 64, "s5": 128, "softmax": 56},
+    # LION-S 12,802, S5 12,370, Transformer 12,242 (LION-D 10,754, LION-LIT 10,626).
+    "pathfinder": {"lion": 32, "s5": 56, "softmax": 40},
+}
 
 _CPU_ORDER = {
     # cpu_long's generator and lengths, 4x the training expressions: 2,000 steps of 32 see each
@@ -325,6 +338,18 @@ _CPU_ORDER = {
         "packing": True,
         "num_train_steps": 2000,
         "warmup_epochs": 0.03,  # 30 steps of 1,000 per epoch
+        "eval_every_steps": 250,
+    },
+    # 48,000 generated images: 38,400 to train, of which 1,000 steps of 32 draw 32,000.
+    "pathfinder": {
+        **_CPU_COMMON,
+        "data_dir": os.path.join(CPU_DATA_DIR, "pathfinder_no_distractors"),
+        "generate": dict(num=48000, seed=0, workers=2, num_distractors=0),
+        "task_options.difficulty": "easy",
+        "model.num_heads": 2,
+        "model.ssm_size": 16,
+        "num_train_steps": 1000,
+        "warmup_epochs": 0.025,  # 30 steps of 1,200 per epoch
         "eval_every_steps": 250,
     },
 }
@@ -346,8 +371,8 @@ def cpu_order_preset(task: str, mixer: str) -> dict[str, Any]:
   if task not in _CPU_ORDER:
     raise ConfigError(f"the cpu_order preset exists for {', '.join(_CPU_ORDER)}, not for "
                       f"{task!r}; use `cpu` for a reduced run of {task}")
-  if mixer not in EQUAL_PARAMETER_WIDTH:
-    raise ConfigError(f"the cpu_order preset has no width for mixer {mixer!r}: add its "
-                      "equal-parameter width (about 50k parameters at 2 blocks) to "
-                      "configs/ablations.EQUAL_PARAMETER_WIDTH")
-  return {**_CPU_ORDER[task], "model.d_model": EQUAL_PARAMETER_WIDTH[mixer]}
+  widths = EQUAL_PARAMETER_WIDTH[task]
+  if mixer not in widths:
+    raise ConfigError(f"the cpu_order preset has no {task} width for mixer {mixer!r}: add its "
+                      f"equal-parameter width to configs/ablations.EQUAL_PARAMETER_WIDTH[{task!r}]")
+  return {**_CPU_ORDER[task], "model.d_model": widths[mixer]}

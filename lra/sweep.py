@@ -302,7 +302,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="long ListOps (250-500 tokens at L = 512) on the CPU (configs/ablations.py)")
   parser.add_argument("--cpu-order", dest="cpu_order", action="store_true",
                       help="equal-parameter models where Table 7's ordering can show "
-                           "(ListOps; configs/ablations.py)")
+                           "(ListOps, Pathfinder; configs/ablations.py)")
   parser.add_argument("--set", dest="sets", action="append", default=[], metavar="FIELD=VALUE",
                       help="config override for every run, e.g. --set num_train_steps=100")
   parser.add_argument("--parallel", type=int, default=1, help="runs at a time")
