@@ -4,6 +4,7 @@
   .venv/bin/python bench/train_step.py --quick    # ListOps `runlocal` only
   .venv/bin/python bench/train_step.py --variants lion_s,s5,transformer --forms chunk_scan:64 --batch 1
   .venv/bin/python bench/train_step.py --tasks listops --preset cpu_long --batch 32 --forms chunk_scan:64
+  .venv/bin/python bench/train_step.py --tasks pathfinder --preset cpu_order --batch 32 --forms chunk_scan:32
   .venv/bin/python bench/train_step.py --trained --forms chunk_scan:32,chunk_scan:64   # trained decays
 
 `--variants` lists configs/<task>.py variants side by side (default: LION-S next to the Table 7
@@ -187,7 +188,7 @@ def main(argv=None):
                  help="form:chunk[:residuals] list, e.g. chunk_scan:32:stored,"
                       "chunk_scan:32:recomputed (residuals: the model's `residuals` field)")
   p.add_argument("--batch", type=int, default=2)
-  p.add_argument("--preset", default="", choices=("", "runlocal", "cpu", "cpu_long"),
+  p.add_argument("--preset", default="", choices=("", "runlocal", "cpu", "cpu_long", "cpu_order"),
                  help="a config flag added to every variant, e.g. cpu_long: time the steps a "
                       "sweep at that preset trains (its width, depth, heads and length)")
   p.add_argument("--check-steps", type=int, default=6)

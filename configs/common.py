@@ -144,8 +144,9 @@ PRESET_FLAGS: dict[str, str] = {
     "runlocal": "a tiny model, 30 steps on 64 examples: any task in about a minute (smoke run)",
     "cpu": "a small model and a few hundred steps that fit a 2-core CPU (configs/ablations.py)",
     "cpu_long": "ListOps only: 250-500-token expressions at L = 512, the paper's HiPPO range",
-    "cpu_order": "ListOps at cpu_long's lengths, 4x the data, 2,000 steps, every model at ~50k "
-                 "parameters: where Table 7's ordering can show (configs/ablations.py)",
+    "cpu_order": "every model at equal parameters where Table 7's ordering can show: ListOps at "
+                 "cpu_long's lengths, 4x the data, 2,000 steps, ~50k parameters; Pathfinder-32 "
+                 "easy without distractors, 1,000 steps, ~12k (configs/ablations.py)",
 }
 
 # What `runlocal` shrinks (any task then finishes in about a minute on a 2-core CPU).
