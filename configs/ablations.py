@@ -320,9 +320,10 @@ def cpu_long_preset(task: str) -> dict[str, Any]:
 # test: 15k), 2 blocks of 2 heads as the `cpu` preset's Pathfinder, and 1,000 steps for every
 # model: that S5 probe was at 58.1 / 59.0% validation at steps 800 / 1,200, so fewer steps
 # would leave every row near chance and no ordering could show. Images enough that none is seen
-# twice. The slowest model is the Transformer, whose full attention at L = 1024 takes 2.55 s a
-# step alone (4.9 s at 4 heads; LION-S 0.60 s, S5 0.23 s; batch 32) and ~4.8 s beside another
-# run: about 100 minutes a run, where the others take 10-25 (docs/paper_notes.md §19).
+# twice. The slowest model is the Transformer, whose full attention at L = 1024 takes 2.8 s a
+# step alone (~4.9 s at 4 heads; LION-S 0.69 s, S5 0.27 s; batch 32, bench/train_step.py) and
+# ~6 s beside another run: about 100 minutes a run, where the others take 8-25
+# (docs/paper_notes.md §19).
 EQUAL_PARAMETER_WIDTH: dict[str, dict[str, int]] = {
     # LION-S 51,594, S5 49,466, Transformer 52,538 (LION-D 43,402, LION-LIT 43,146).
     "listops": {"lion": 64, "s5": 128, "softmax": 56},
