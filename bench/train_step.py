@@ -188,7 +188,7 @@ def main(argv=None):
                  help="form:chunk[:residuals] list, e.g. chunk_scan:32:stored,"
                       "chunk_scan:32:recomputed (residuals: the model's `residuals` field)")
   p.add_argument("--batch", type=int, default=2)
-  p.add_argument("--preset", default="", choices=("", "runlocal", "cpu", "cpu_long", "cpu_order"),
+  p.add_argument("--preset", default="", choices=("", *common.PRESET_FLAGS),
                  help="a config flag added to every variant, e.g. cpu_long: time the steps a "
                       "sweep at that preset trains (its width, depth, heads and length)")
   p.add_argument("--check-steps", type=int, default=6)

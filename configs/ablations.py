@@ -363,7 +363,7 @@ def cpu_order_preset(task: str, mixer: str) -> dict[str, Any]:
 
   Args:
     task: a task with such a preset (`_CPU_ORDER`).
-    mixer: the variant's mixer, which picks its width (`EQUAL_PARAMETER_WIDTH`).
+    mixer: the variant's mixer, which picks its width (`EQUAL_PARAMETER_WIDTH[task]`).
 
   Returns:
     The task's data, model and schedule with the mixer's equal-parameter width.
