@@ -33,6 +33,7 @@ USER_ERRORS = frozenset({
     "lion_jax.options.ConfigError",  # a config field or option value (ResumeMismatchError too)
     "lra.data.errors.MissingDataError",
     "lra.data.errors.MalformedDataError",
+    "lra.data.errors.GeneratedDataMismatchError",
     "lra.run_records.WorkdirError",
     "lra.train.NonFiniteError",  # the run diverged: the message says what to lower
     "lra.distributed.ClusterError",

@@ -17,6 +17,7 @@ process of a multi-process job makes the same calls (docs/multi_device.md).
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import logging
 import math
@@ -24,6 +25,7 @@ import resource
 import sys
 import time
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -39,6 +41,7 @@ from lra import checkpoint, metrics, optim, resume, run_records, steps
 from lra.data import packing
 from lra.data.batching import make_loader
 from lra.data.errors import MissingDataError
+from lra.data.generators import record
 from lra.tasks import TaskInfo, load_task
 
 # Every top-level field a config must have (documented in configs/common.py).
@@ -135,19 +138,30 @@ def form_name(config: config_dict.ConfigDict) -> str:
 
 # --- data ------------------------------------------------------------------------------
 
-def _generate(task: str, data_dir: str, kwargs: dict[str, Any],
-              task_options: dict[str, Any]) -> None:
-  """Runs the task's generator into `data_dir` (ListOps, Pathfinder, Path-X only); Pathfinder
-  and Path-X draw the difficulty the task will load (`task_options.difficulty`)."""
-  if task == "listops":
-    from lra.data.generators import listops  # pylint: disable=import-outside-toplevel
-    listops.generate(data_dir, **kwargs)
-  elif task in ("pathfinder", "pathx"):
-    from lra.data.generators import pathfinder  # pylint: disable=import-outside-toplevel
-    kwargs = {"difficulty": task_options["difficulty"], **kwargs}
-    pathfinder.generate(data_dir, resolution=32 if task == "pathfinder" else 128, **kwargs)
-  else:
-    raise ConfigError(f"config.generate is set but task {task!r} has no generator")
+# task -> (its generator, a module of lra.data.generators; the arguments the generator takes from
+# the task and its options rather than from config.generate)
+_GENERATORS: dict[str, tuple[str, Callable[[dict[str, Any]], dict[str, Any]]]] = {
+    "listops": ("listops", lambda options: {}),
+    "pathfinder": ("pathfinder", lambda options: dict(resolution=32, difficulty=options["difficulty"])),
+    "pathx": ("pathfinder", lambda options: dict(resolution=128, difficulty=options["difficulty"])),
+}
+
+
+def _generator(config: config_dict.ConfigDict) -> tuple[Any, dict[str, Any], Path, dict[str, Any]]:
+  """The generator of `config.task` and its call: (module, keyword arguments, the folder it
+  writes, the arguments its record holds). Pathfinder and Path-X draw the difficulty the task
+  will load (`task_options.difficulty`)."""
+  if config.task not in _GENERATORS:
+    raise ConfigError(f"config.generate is set but task {config.task!r} has no generator (tasks "
+                      f"with one: {', '.join(_GENERATORS)}); drop config.generate")
+  name, from_task = _GENERATORS[config.task]
+  module = importlib.import_module(f"lra.data.generators.{name}")
+  kwargs = {**config.generate.to_dict(), **from_task(config.task_options.to_dict())}
+  try:
+    params = record.output_params(module.generate, kwargs)
+  except TypeError as e:
+    raise ConfigError(f"config.generate: {e}") from None
+  return module, kwargs, module.output_folder(config.data_dir, **kwargs), params
 
 
 def load_data(config: config_dict.ConfigDict):
@@ -158,8 +172,12 @@ def load_data(config: config_dict.ConfigDict):
   so processes sharing a file system never write the same files at once; a process
   whose file system lacks the data afterwards generates its own (generation is seeded).
 
+  A generated folder is used only if its record (`lra.data.generators.record`) holds the
+  arguments `config.generate` asks for; one whose generation was cut short is finished first.
+
   Raises:
     MissingDataError: naming the file to supply and where.
+    GeneratedDataMismatchError: the generated folder was made with other arguments (names each).
   """
   if jax.process_count() == 1:
     return load_or_generate(config)
@@ -177,6 +195,11 @@ def load_or_generate(config: config_dict.ConfigDict):
   multithreaded runtime."""
   kwargs = dict(seq_len=config.seq_len or None, max_examples=config.max_examples or None,
                 **config.task_options.to_dict())
+  if config.generate:
+    generator, generate_kwargs, folder, params = _generator(config)
+    if record.check(folder, params) == "pending":
+      logging.warning("%s: its generation was cut short; finishing it", folder)
+      generator.generate(config.data_dir, **generate_kwargs)
   try:
     return load_task(config.task, config.data_dir, **kwargs)
   except MissingDataError:
@@ -184,8 +207,7 @@ def load_or_generate(config: config_dict.ConfigDict):
       raise
   logging.info("%s data missing under %s: generating %s", config.task, config.data_dir,
                config.generate.to_dict())
-  _generate(config.task, config.data_dir, config.generate.to_dict(),
-            config.task_options.to_dict())
+  generator.generate(config.data_dir, **generate_kwargs)
   return load_task(config.task, config.data_dir, **kwargs)
 
 

@@ -18,10 +18,10 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from configs import listops as listops_config
 from lion_jax.blocks import MIXERS, takes_segments
 from lion_jax.models import masked_mean
-from lion_jax.options import CHOICES
+from lion_jax.options import CHOICES, ConfigError
 from configs import workdir as workdir_config
 from lra import checkpoint, metrics, resume, steps, train
-from lra.data.errors import MissingDataError
+from lra.data.errors import GeneratedDataMismatchError, MissingDataError
 
 # A 1-layer, 16-wide LION-S on length-32 ListOps: seconds per run.
 TINY = {"model.d_model": 16, "model.num_layers": 1, "model.chunk_size": 8, "seq_len": 32,
@@ -333,6 +333,69 @@ def test_missing_pathfinder_images_are_generated_at_the_difficulty_the_task_load
   splits, _ = train.load_data(config)
   assert sum(len(split.labels) for split in splits.values()) == 20
   assert [p.name for p in (tmp_path / "pathfinder32").iterdir()] == ["curv_baseline"]
+
+
+def _pathfinder_generated(tmp_path, **generate):
+  from configs import pathfinder  # pylint: disable=import-outside-toplevel
+  config = pathfinder.get_config("runlocal")
+  config.data_dir = str(tmp_path)
+  config.generate = dict(num=20, seed=0, workers=1, images_per_batch=10, **generate)
+  config.task_options.difficulty = "easy"
+  return config
+
+
+def _lit_pixels(splits) -> float:
+  return float(np.mean([np.count_nonzero(split.inputs) / len(split.inputs)
+                        for split in splits.values()]))
+
+
+def test_generate_fields_reach_the_generator_and_its_record(tmp_path):
+  config = _pathfinder_generated(tmp_path / "bare", num_distractors=0)
+  bare, _ = train.load_data(config)
+  recorded = json.loads((tmp_path / "bare/pathfinder32/curv_baseline/generated.json").read_text())
+  assert recorded == dict(resolution=32, difficulty="easy", num=20, seed=0, images_per_batch=10,
+                          num_distractors=0)
+  full, _ = train.load_data(_pathfinder_generated(tmp_path / "full"))
+  # Without distractor curves only the two target curves and the discs are lit.
+  assert _lit_pixels(bare) < 0.7 * _lit_pixels(full)
+
+
+def test_a_generated_folder_is_reused_only_by_the_arguments_that_made_it(tmp_path):
+  train.load_data(_pathfinder_generated(tmp_path))
+  train.load_data(_pathfinder_generated(tmp_path))  # the same arguments: reused
+  with pytest.raises(GeneratedDataMismatchError,
+                     match=r"curv_baseline holds data generated with other arguments .*"
+                           r"generated\.json\): num_distractors is None there, 0 here\. "
+                           r"Point the data folder elsewhere \(--config\.data_dir"):
+    train.load_data(_pathfinder_generated(tmp_path, num_distractors=0))
+  with pytest.raises(ConfigError, match=r"config\.generate: .*unexpected keyword.*num_distractor\b"):
+    train.load_data(_pathfinder_generated(tmp_path, num_distractor=0))
+
+
+def test_a_generation_cut_short_is_finished_not_loaded_half_made(tmp_path):
+  config = _pathfinder_generated(tmp_path)
+  whole, _ = train.load_data(config)
+  folder = tmp_path / "pathfinder32" / "curv_baseline"
+  # The state a kill leaves in the second of two batches: its metadata is written last.
+  (folder / "metadata" / "1.npy").unlink()
+  (folder / "generated.json").rename(folder / "generating.json")
+  kept = (folder / "imgs/0/sample_0.png").stat().st_mtime_ns
+  again, _ = train.load_data(config)
+  assert {k: len(v.labels) for k, v in again.items()} == {k: len(v.labels) for k, v in whole.items()}
+  for name in whole:
+    np.testing.assert_array_equal(again[name].inputs, whole[name].inputs)
+  assert (folder / "generated.json").is_file() and not (folder / "generating.json").exists()
+  assert (folder / "imgs/0/sample_0.png").stat().st_mtime_ns == kept  # finished batches are kept
+
+
+def test_a_folder_without_a_record_is_loaded_as_it_is(tmp_path):
+  """The LRA release, or data generated before records were written."""
+  config = _pathfinder_generated(tmp_path)
+  whole, _ = train.load_data(config)
+  (tmp_path / "pathfinder32/curv_baseline/generated.json").unlink()
+  config.generate.num = 40  # nothing says what made the folder: it is not regenerated
+  again, _ = train.load_data(config)
+  assert sum(len(v.labels) for v in again.values()) == sum(len(v.labels) for v in whole.values())
 
 
 def test_missing_data_folder_says_what_to_supply(tmp_path):

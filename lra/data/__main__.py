@@ -165,8 +165,8 @@ def build_parser() -> argparse.ArgumentParser:
   pf.add_argument("--num", type=int, default=200000)
   pf.add_argument("--seed", type=int, default=0)
   pf.add_argument("--workers", type=int, default=workers)
-  pf.add_argument("--images-per-batch", type=int, default=None,
-                  help=f"images per imgs/<batch>/ (default {pathfinder.DEFAULT_IMAGES_PER_BATCH})")
+  pf.add_argument("--images-per-batch", type=int, default=pathfinder.DEFAULT_IMAGES_PER_BATCH,
+                  help="images per imgs/<batch>/ (default %(default)s)")
   pf.add_argument("--num-distractors", type=int, default=None,
                   help="distractor snakes per image (default: budget // distractor length)")
   pf.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -12,3 +12,8 @@ class MissingDataError(FileNotFoundError):
 
 class MalformedDataError(ValueError):
   """A file exists but cannot be parsed (message: path, line/row/member, what is wrong)."""
+
+
+class GeneratedDataMismatchError(ValueError):
+  """A generated data folder was made with other generator arguments than those asked for
+  (message: the folder, its record file, each argument that differs, and the two ways out)."""

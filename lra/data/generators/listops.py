@@ -36,6 +36,8 @@ import multiprocessing
 import pathlib
 import random
 
+from lra.data.generators import record
+
 OPERATORS = ("[MIN", "[MAX", "[MED", "[SM")
 END = "]"
 VALUE_P = 0.25  # probability that a node below max_depth is an operator
@@ -171,6 +173,12 @@ def write_tsv(path: pathlib.Path, rows: list[tuple[str, int]]) -> None:
     writer.writerows(rows)
 
 
+def output_folder(out_dir, **_) -> pathlib.Path:
+  """The folder `generate(out_dir, ...)` writes: its TSVs and the generator's record
+  (`lra.data.generators.record`)."""
+  return pathlib.Path(out_dir) / "listops-1000"
+
+
 def generate(
     out_dir,
     *,
@@ -197,15 +205,23 @@ def generate(
     max_depth: Maximum tree depth (LRA uses 10).
 
   Returns:
-    The `listops-1000` directory.
+    The `listops-1000` directory, holding the record of these arguments.
+
+  Raises:
+    GeneratedDataMismatchError: the folder holds data made with other arguments
+      (`lra.data.generators.record`).
   """
   sizes = (num_train, num_val, num_test)
+  folder = output_folder(out_dir)
+  params = record.output_params(generate, dict(
+      num_train=num_train, num_val=num_val, num_test=num_test, min_length=min_length,
+      max_length=max_length, seed=seed, max_depth=max_depth))
+  record.begin(folder, params)
   rows = sample(sum(sizes), min_length=min_length, max_length=max_length,
          max_depth=max_depth, seed=seed, workers=workers)
-  folder = pathlib.Path(out_dir) / "listops-1000"
-  folder.mkdir(parents=True, exist_ok=True)
   start = 0
   for split, size in zip(SPLITS, sizes):
     write_tsv(folder / f"basic_{split}.tsv", rows[start:start + size])
     start += size
+  record.finish(folder, params)
   return folder

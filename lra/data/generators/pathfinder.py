@@ -49,6 +49,8 @@ from collections.abc import Callable, Iterator
 import numpy as np
 from PIL import Image
 
+from lra.data.errors import GeneratedDataMismatchError
+from lra.data.generators import record
 from lra.data.generators.pathfinder_snakes import Sample, SnakeParams, TargetSampler, render
 
 # LRA's parameters per resolution (docs/data.md §4.2); contour_length is set per difficulty.
@@ -123,6 +125,12 @@ def _write_batch(job: tuple[pathlib.Path, SnakeParams, int, int, int]) -> int:
   return count
 
 
+def output_folder(out_dir, *, resolution: int = 32, difficulty: str = "hard", **_) -> pathlib.Path:
+  """The difficulty folder `generate(out_dir, ...)` writes (it holds `imgs/`, `metadata/` and
+  the generator's record, `lra.data.generators.record`)."""
+  return pathlib.Path(out_dir) / f"pathfinder{resolution}" / DIFFICULTIES[difficulty][0]
+
+
 def generate(
     out_dir,
     *,
@@ -131,7 +139,7 @@ def generate(
     num: int = 200000,
     seed: int = 0,
     workers: int = 1,
-    images_per_batch: int | None = None,
+    images_per_batch: int = DEFAULT_IMAGES_PER_BATCH,
     num_distractors: int | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> pathlib.Path:
@@ -144,20 +152,32 @@ def generate(
     num: Number of images.
     seed: Seed; the output depends only on it and the arguments above (not on `workers`).
     workers: Processes rendering batches in parallel.
-    images_per_batch: Images per `imgs/<batch>/` folder (default 1000; the last batch may
-      be smaller).
+    images_per_batch: Images per `imgs/<batch>/` folder (the last batch may be smaller).
     num_distractors: Override for the number of distractor snakes per image.
     progress: Called with the number of images of each finished batch.
 
   Returns:
-    The difficulty folder (holding `imgs/` and `metadata/`).
+    The difficulty folder (holding `imgs/`, `metadata/` and the record of these arguments).
+
+  Raises:
+    GeneratedDataMismatchError: the folder holds images made with other arguments, or images without a
+      record (`lra.data.generators.record`).
   """
   p = params_for(resolution, difficulty, num_distractors)
-  per_batch = images_per_batch or DEFAULT_IMAGES_PER_BATCH
-  folder = pathlib.Path(out_dir) / f"pathfinder{resolution}" / DIFFICULTIES[difficulty][0]
+  folder = output_folder(out_dir, resolution=resolution, difficulty=difficulty)
+  params = record.output_params(generate, dict(
+      resolution=resolution, difficulty=difficulty, num=num, seed=seed,
+      images_per_batch=images_per_batch, num_distractors=num_distractors))
+  if record.read(folder)[0] == "none" and any((folder / "metadata").glob("*.npy")):
+    # Batches beyond this call's `num` would stay and be loaded with the new ones.
+    raise GeneratedDataMismatchError(f"{folder} already holds images without a generator record "
+                      f"({record.DONE}); delete it, or generate into another folder")
+  resuming = record.begin(folder, params)
   (folder / "metadata").mkdir(parents=True, exist_ok=True)
-  jobs = [(folder, p, seed, b, min(per_batch, num - start))
-          for b, start in enumerate(range(0, num, per_batch))]
+  jobs = [(folder, p, seed, b, min(images_per_batch, num - start))
+          for b, start in enumerate(range(0, num, images_per_batch))]
+  if resuming:  # a batch's metadata file is written last: those present are complete
+    jobs = [job for job in jobs if not (folder / "metadata" / f"{job[3]}.npy").is_file()]
   if workers > 1 and len(jobs) > 1:
     # spawn: safe even if the caller has started threads (e.g. imported jax).
     with multiprocessing.get_context("spawn").Pool(min(workers, len(jobs))) as pool:
@@ -169,4 +189,5 @@ def generate(
       done = _write_batch(job)
       if progress:
         progress(done)
+  record.finish(folder, params)
   return folder
