@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import csv
+import json
 import math
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import pytest
 from PIL import Image
 
 from lra.data import __main__ as cli
+from lra.data.errors import GeneratedDataMismatchError
 from lra.data.generators import listops, pathfinder
 
 # ---------------------------------------------------------------------------------------------
@@ -243,6 +245,25 @@ def test_cli_generate_and_grid(tmp_path):
   cli.main(["grid", "--out", str(grid), "--resolutions", "32", "--rows", "1", "--per-row", "4",
             "--cell", "64"])
   assert Image.open(grid).size == (4 * 70, 70)
+
+
+def test_a_folder_is_regenerated_only_with_the_arguments_it_records(tmp_path, listops_dir):
+  args = dict(num_train=150, num_val=25, num_test=25, min_length=20, max_length=120, seed=0)
+  assert json.loads((listops_dir / "generated.json").read_text()) == {**args, "max_depth": 10}
+  assert not (listops_dir / "generating.json").exists()
+  with pytest.raises(GeneratedDataMismatchError, match=r"listops-1000 holds data generated with "
+                     r"other arguments .*: num_train is 150 there, 160 here\. Point"):
+    listops.generate(listops_dir.parent, **{**args, "num_train": 160})
+  listops.generate(listops_dir.parent, **args, workers=2)  # the same data: written again
+
+
+def test_pathfinder_refuses_a_folder_of_images_without_a_record(tmp_path):
+  """Batches beyond the new `num` would stay and be loaded with the new ones."""
+  folder = pathfinder.generate(tmp_path, resolution=32, num=20, images_per_batch=10, seed=0)
+  (folder / "generated.json").unlink()
+  with pytest.raises(GeneratedDataMismatchError, match=r"already holds images without a "
+                     r"generator record \(generated\.json\); delete it"):
+    pathfinder.generate(tmp_path, resolution=32, num=10, images_per_batch=10, seed=0)
 
 
 def test_cli_does_not_import_jax():
