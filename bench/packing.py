@@ -37,6 +37,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 import harness  # noqa: E402
 import train_step  # noqa: E402
+from configs import common  # noqa: E402
 from lion_jax.attention import resolve_residuals  # noqa: E402
 from lra import steps  # noqa: E402
 from lra.train import check_config  # noqa: E402
@@ -113,7 +114,7 @@ def main(argv=None):
   p.add_argument("--tasks", default="listops")
   p.add_argument("--variants", default="lion_s,lion_d,s5,transformer")
   p.add_argument("--batch", default="8", help="comma list of batch sizes")
-  p.add_argument("--preset", default="", choices=("", "runlocal", "cpu", "cpu_long"))
+  p.add_argument("--preset", default="", choices=("", *common.PRESET_FLAGS))
   p.add_argument("--residuals", default="", choices=("", "stored", "recomputed"),
                  help="LION's model.residuals for both layouts (default: what config.packing "
                       "runs, the padded rows' \"auto\" choice)")
