@@ -306,13 +306,17 @@ def stage_correctness(run: StageRun) -> None:
   dtypes = tuple(TOLERANCE)
   run.payload.update(tolerance=TOLERANCE, forms=FORMS)
   all_ok = True
-  for shape in shapes:
-    inputs = correctness_inputs(shape)
-    _, _, fd_error = host_reference(inputs)
-    run.add("reference_checks", dict(shape=shape.name, gradient_vs_finite_difference=fd_error,
-                                     ok=fd_error <= 1e-5))
-    all_ok &= fd_error <= 1e-5
-    for dtype in dtypes:
+  inputs_of = {}
+  # float32 through every shape first: a budget cut short still covers each decay family.
+  for dtype in dtypes:
+    for shape in shapes:
+      if shape.name not in inputs_of:
+        inputs_of[shape.name] = correctness_inputs(shape)
+        _, _, fd_error = host_reference(inputs_of[shape.name])
+        run.add("reference_checks", dict(shape=shape.name, ok=fd_error <= 1e-5,
+                                         gradient_vs_finite_difference=fd_error))
+        all_ok &= fd_error <= 1e-5
+      inputs = inputs_of[shape.name]
       references = {}
       for form in FORMS:
         if run.quick and dtype != "float32" and form != "chunk_scan":
@@ -320,7 +324,7 @@ def stage_correctness(run: StageRun) -> None:
         if run.left() <= 0:
           run.add("checks", dict(shape=shape.name, form=form, dtype=dtype,
                                  skipped="stage time budget"))
-          all_ok = False
+          run.payload["incomplete"] = True
           continue
         start = time.monotonic()
         try:
@@ -332,7 +336,8 @@ def stage_correctness(run: StageRun) -> None:
           continue
         if dtype not in references:  # one reference per rounding of the inputs
           rounded_inputs = rounded[:3] + ((rounded[3],) if len(rounded) > 3 else (None,))
-          references[dtype] = host_reference(rounded_inputs + inputs[4:], check_gradients=False)[:2]
+          references[dtype] = host_reference(rounded_inputs + inputs[4:],
+                                             check_gradients=False)[:2]
         ref_out, ref_grads = references[dtype]
         out_error = _relative_error(out, ref_out)
         grad_errors = [_relative_error(g, r) for g, r in zip(grads, ref_grads)]
@@ -346,7 +351,8 @@ def stage_correctness(run: StageRun) -> None:
                                seconds=time.monotonic() - start))
         print(f"  {shape.name:<38s} {form:<11s} {dtype:<9s} out {out_error:.1e}  "
               f"grad {max(grad_errors):.1e}  {'ok' if ok else 'FAILED'}", flush=True)
-  run.payload["passed"] = bool(all_ok)
+  # Checks cut by the budget do not fail the stage; the report calls it incomplete.
+  run.payload["passed"] = bool(all_ok) and any("ok" in c for c in run.payload.get("checks", []))
 
 
 # --- stage: forms -----------------------------------------------------------------------------
@@ -437,6 +443,13 @@ TRAIN_STEP_TASKS = ("listops", "image", "pathfinder", "text", "retrieval", "path
 # short budget still covers every task.
 # S5 and the Transformer (the paper's Table 7 baselines), timed once per task next to LION-S.
 TRAIN_STEP_BASELINES = ("s5", "transformer")
+# Presets whose default ("auto") residuals are recomputed, timed again with them stored. On an
+# H100 the recomputed ListOps step took 230 ms against S5's 16, and as long on packed rows of
+# 4608 tokens (0.58x the tokens, 2.25x the segments) as on rows of 2048: not bound by its
+# tokens. The suspect is the sequential segment loop (L / S iterations per loop, six loops a
+# block, S = 128 at batch 50), which the stored kernel does not have. These two plan 26 and 41 GB stored on an
+# H200 (docs/benchmarks.md §11), so both fit.
+TRAIN_STEP_STORED_TASKS = ("listops", "image")
 TRAIN_STEP_VARIANTS = ((32, "float32"), (32, "bfloat16"), (64, "float32"), (128, "float32"),
                        (64, "bfloat16"), (128, "bfloat16"))
 
@@ -459,32 +472,36 @@ def stage_train_step(run: StageRun) -> None:
   else:
     tasks, variants, arg = TRAIN_STEP_TASKS, TRAIN_STEP_VARIANTS, "lion_s"
   run.payload.update(variant=arg, mem_budget_gb=budget_gb)
-  last: dict[str, float] = {}
+  last: dict[tuple[str, str], float] = {}  # seconds of the last case per (task, variant)
   remat_tasks: set[str] = set()
 
-  def measure(task, chunk, dtype, remat, baseline=None):
+  def measure(task, chunk, dtype, remat, baseline=None, residuals=None):
     variant = arg if baseline is None else arg.replace("lion_s", baseline)
     config, info, seq_len = train_step.task_config(task, variant)
     config.model.remat = remat
     if run.quick:
       config.model.num_layers, config.model.d_model = 1, 16
-    if _too_slow(run, last.get(task)):
+    # Skipped only when this very model and task took longer before than is left: a model's
+    # first step on a task is tried (the stage's hard limit stops it), so S5 and the
+    # Transformer are not skipped on LION-S's compile time, which is 3x theirs on a GPU.
+    if run.left() <= last.get((task, variant), 0.0):
       return dict(name=f"{task} C={chunk} {dtype}", task=task, chunk_size=chunk, dtype=dtype,
-                  remat=remat, skipped="stage time budget")
+                  remat=remat, variant=variant.split(",")[0], skipped="stage time budget")
     start = time.monotonic()
     case, _ = train_step.step_case(task, config, info, seq_len, "chunk_scan", chunk,
-                                   config.batch_size, dtype=dtype)
+                                   config.batch_size, dtype=dtype, residuals=residuals)
     case.info.update(remat=remat, variant=variant.split(",")[0])
     _run_case(harness, case, budget_gb, run)
-    last[task] = time.monotonic() - start
+    last[task, variant] = time.monotonic() - start
     return train_step.examples_per_second(harness.record(case))
 
-  def measure_or_remat(task, chunk, dtype, remat, baseline=None):
+  def measure_or_remat(task, chunk, dtype, remat, baseline=None, residuals=None):
     """Adds the step's record; one that did not fit or compile runs once more with remat."""
-    record = measure(task, chunk, dtype, remat=remat, baseline=baseline)
+    record = measure(task, chunk, dtype, remat=remat, baseline=baseline, residuals=residuals)
     run.add("results", record)
     if record.get("skipped", "stage time budget") != "stage time budget" and not record["remat"]:
-      run.add("results", measure(task, chunk, dtype, remat=True, baseline=baseline))
+      run.add("results", measure(task, chunk, dtype, remat=True, baseline=baseline,
+                                 residuals=residuals))
       return True
     return False
 
@@ -496,6 +513,8 @@ def stage_train_step(run: StageRun) -> None:
         for baseline in TRAIN_STEP_BASELINES:
           if baseline in common.task_variants(task):
             measure_or_remat(task, chunk, dtype, remat=False, baseline=baseline)
+        if task in TRAIN_STEP_STORED_TASKS:
+          measure_or_remat(task, chunk, dtype, remat=False, residuals="stored")
   run.payload["passed"] = any("median_s" in r for r in run.payload.get("results", []))
 
 
@@ -606,10 +625,10 @@ class Stage:
 # caps for a loaded CPU (a quiet 2-core machine needs about a minute in all), not targets.
 STAGES: dict[str, Stage] = {
     "env": Stage(stage_env, 20, 40, "device, versions, matmul rate"),
-    "correctness": Stage(stage_correctness, 75, 120, "every form vs float64, fwd and grad"),
-    "forms": Stage(stage_forms, 105, 90, "forms fwd+bwd at L = 1K..64K, XLA memory"),
-    "train_step": Stage(stage_train_step, 150, 90, "one LRA train step per preset"),
-    "memory": Stage(stage_memory, 90, 90, "each preset's step plan: residuals stored/recomputed"),
+    "correctness": Stage(stage_correctness, 90, 120, "every form vs float64, fwd and grad"),
+    "forms": Stage(stage_forms, 85, 90, "forms fwd+bwd at L = 1K..64K, XLA memory"),
+    "train_step": Stage(stage_train_step, 170, 90, "one LRA train step per preset"),
+    "memory": Stage(stage_memory, 75, 90, "each preset's step plan: residuals stored/recomputed"),
     "train": Stage(stage_train, 80, 120, "short ListOps run, accuracy curve"),
 }
 
@@ -672,19 +691,32 @@ def run_stage(name: str, budget_s: float, args, scratch: pathlib.Path, env, log)
                            start_new_session=True)
   try:
     returncode = child.wait(timeout=budget_s)
-    status = "passed" if returncode == 0 else f"failed (exit code {returncode})"
   except subprocess.TimeoutExpired:
     os.killpg(child.pid, signal.SIGKILL)  # the stage and any worker it started
     child.wait()
-    status = "timed out"
+    returncode = None
   seconds, cpu_seconds = time.monotonic() - start, _children_cpu_seconds() - cpu_before
   payload = json.loads(stage_out.read_text()) if stage_out.exists() else {}
-  if status == "passed" and not payload.get("passed"):
-    status = "failed"
+  status = stage_status(returncode, payload)
   print(f"stage {name:<12s} {status:<24s} {seconds:6.1f} s (budget {budget_s:.0f} s)", flush=True)
   return {**{k: v for k, v in payload.items() if k not in ("stage", "passed")},
-          "status": status, "passed": status == "passed", "seconds": seconds,
+          "status": status, "passed": status.startswith("passed"), "seconds": seconds,
           "cpu_seconds": cpu_seconds, "budget_s": budget_s}
+
+
+def stage_status(returncode: int | None, payload: dict[str, Any]) -> str:
+  """A stage's status from its exit code (None: killed at its hard limit) and saved payload.
+
+  "passed (incomplete)": every check it ran passed, but its budget ended before the rest (the
+  report's tables list what was skipped), which is not a failure of the code under test.
+  """
+  if returncode is None:
+    return "timed out"
+  if returncode != 0:
+    return f"failed (exit code {returncode})"
+  if not payload.get("passed"):
+    return "failed"
+  return "passed (incomplete)" if payload.get("incomplete") else "passed"
 
 
 def _children_cpu_seconds() -> float:
@@ -860,10 +892,10 @@ def markdown(report: dict[str, Any]) -> str:
     lines += ["## One LRA training step per preset", "",
               f"Config `{steps.get('variant')}`, the preset's batch size, chunk_scan; "
               "compile = lower + compile seconds.", "", _table(
-                  ["task", "model", "L", "batch", "C", "dtype", "remat", "examples/s",
-                   "step ms", "compile s", "temp+output"],
+                  ["task", "model", "L", "batch", "C", "residuals", "dtype", "remat",
+                   "examples/s", "step ms", "compile s", "temp+output"],
                   [[r["task"], r.get("variant", "lion_s"), r.get("seq_len", "–"),
-                    r.get("batch", "–"), r["chunk_size"] or "–",
+                    r.get("batch", "–"), r["chunk_size"] or "–", r.get("residuals") or "–",
                     r["dtype"], "yes" if r.get("remat") else "no",
                     f"{r['examples_per_s']:.1f}" if "examples_per_s" in r else _why(r),
                     _ms(r.get("median_s")),

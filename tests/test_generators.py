@@ -14,7 +14,7 @@ import pytest
 from PIL import Image
 
 from lra.data import __main__ as cli
-from lra.data.errors import GeneratedDataMismatchError
+from lra.data.errors import GeneratedDataMismatchError, MalformedDataError
 from lra.data.generators import listops, pathfinder
 
 # ---------------------------------------------------------------------------------------------
@@ -255,6 +255,14 @@ def test_a_folder_is_regenerated_only_with_the_arguments_it_records(tmp_path, li
                      r"other arguments .*: num_train is 150 there, 160 here\. Point"):
     listops.generate(listops_dir.parent, **{**args, "num_train": 160})
   listops.generate(listops_dir.parent, **args, workers=2)  # the same data: written again
+
+
+def test_an_unreadable_record_is_named_with_the_way_out(tmp_path):
+  folder = pathfinder.generate(tmp_path, resolution=32, num=10, images_per_batch=10, seed=0)
+  (folder / "generated.json").write_text('{"resolution": 32, "num"')  # cut off mid-write
+  with pytest.raises(MalformedDataError, match=r"generated\.json: unreadable generator record "
+                     r"\(.*\); delete .* to generate it again"):
+    pathfinder.generate(tmp_path, resolution=32, num=10, images_per_batch=10, seed=0)
 
 
 def test_pathfinder_refuses_a_folder_of_images_without_a_record(tmp_path):

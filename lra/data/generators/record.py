@@ -56,8 +56,8 @@ def read(folder: pathlib.Path) -> tuple[str, dict[str, Any] | None]:
       try:
         return state, json.loads(path.read_text())
       except json.JSONDecodeError as e:
-        raise MalformedDataError(f"{path}: unreadable generator record ({e}); delete {folder} to "
-                          "generate it again") from None
+        raise MalformedDataError(f"{path}: unreadable generator record ({e}); delete {folder} "
+                                 "to generate it again") from None
   return "none", None
 
 
