@@ -447,8 +447,8 @@ TRAIN_STEP_BASELINES = ("s5", "transformer")
 # H100 the recomputed ListOps step took 230 ms against S5's 16, and as long on packed rows of
 # 4608 tokens (0.58x the tokens, 2.25x the segments) as on rows of 2048: not bound by its
 # tokens. The suspect is the sequential segment loop (L / S iterations per loop, six loops a
-# block, S = 128 at batch 50), which the stored kernel does not have. These two plan 26 and 41 GB stored on an
-# H200 (docs/benchmarks.md §11), so both fit.
+# block, S = 128 at batch 50), which the stored kernel does not have. These two plan 26 and
+# 41 GB stored on an H200 (docs/benchmarks.md §11), so both fit.
 TRAIN_STEP_STORED_TASKS = ("listops", "image")
 TRAIN_STEP_VARIANTS = ((32, "float32"), (32, "bfloat16"), (64, "float32"), (128, "float32"),
                        (64, "bfloat16"), (128, "bfloat16"))
@@ -486,7 +486,8 @@ def stage_train_step(run: StageRun) -> None:
     # Transformer are not skipped on LION-S's compile time, which is 3x theirs on a GPU.
     if run.left() <= last.get((task, variant), 0.0):
       return dict(name=f"{task} C={chunk} {dtype}", task=task, chunk_size=chunk, dtype=dtype,
-                  remat=remat, variant=variant.split(",")[0], skipped="stage time budget")
+                  remat=remat, variant=variant.split(",")[0], residuals=residuals,
+                  skipped="stage time budget")
     start = time.monotonic()
     case, _ = train_step.step_case(task, config, info, seq_len, "chunk_scan", chunk,
                                    config.batch_size, dtype=dtype, residuals=residuals)

@@ -5,6 +5,7 @@ end to end on the CPU at `--quick` sizes, and every stage must pass and show in 
 """
 
 import argparse
+import dataclasses
 import json
 import os
 import pathlib
@@ -81,6 +82,34 @@ def test_a_stage_cut_short_by_its_budget_is_incomplete_not_failed():
   assert accelerator.stage_status(0, {}) == "failed"
   assert accelerator.stage_status(3, {"passed": True}) == "failed (exit code 3)"
   assert accelerator.stage_status(None, {"passed": True}) == "timed out"
+
+
+class _BudgetOfChecks(accelerator.StageRun):
+  """A stage run whose time is left for exactly `checks` more calls of `left()`."""
+
+  def __init__(self, checks, **kwargs):
+    super().__init__(**kwargs)
+    self.calls_left = checks
+
+  def left(self) -> float:
+    self.calls_left -= 1
+    return 1.0 if self.calls_left >= 0 else 0.0
+
+
+def test_correctness_cut_short_covers_every_shape_in_float32_first(tmp_path, monkeypatch):
+  shape = accelerator.QUICK_CORRECTNESS_SHAPES[0]
+  shapes = (shape, dataclasses.replace(shape, name="second shape, L=24, C=8"))
+  monkeypatch.setattr(accelerator, "QUICK_CORRECTNESS_SHAPES", shapes)
+  run = _BudgetOfChecks(len(accelerator.FORMS) * len(shapes), name="correctness", quick=True,
+                        deadline=0.0, path=tmp_path / "c.json", scratch=tmp_path)
+  accelerator.stage_correctness(run)
+  done = [c for c in run.payload["checks"] if "ok" in c]
+  skipped = [c for c in run.payload["checks"] if "skipped" in c]
+  assert {(c["shape"], c["dtype"]) for c in done} == {(s.name, "float32") for s in shapes}
+  assert len(done) == len(accelerator.FORMS) * len(shapes) and all(c["ok"] for c in done)
+  assert skipped and {c["dtype"] for c in skipped} == {"bfloat16"}
+  assert run.payload["passed"] and run.payload["incomplete"]
+  assert accelerator.stage_status(0, run.payload) == "passed (incomplete)"
 
 
 def test_a_stage_over_its_budget_is_killed_and_reported_not_fatal(tmp_path):
