@@ -3,15 +3,23 @@
     q, k, v = x W_q, x W_k, x W_v               per head, D = A / H (A = attention_dim or M)
     y = softmax(q kᵀ / √D + mask) v W_o           bidirectional: every real key, no causal mask
 
-The attention is flax's `nnx.dot_product_attention` (the XLA reference implementation), so LION
-is compared against what a Flax user gets by default. Packed rows (`segment_ids`,
-`lion_jax.segments`) make the mask block-diagonal: a query sees the keys of its own example only.
+Off the CPU the attention is flax's `nnx.dot_product_attention` over the whole batch (the XLA
+reference implementation), what a Flax user gets by default. On the CPU it is the same sum taken
+one batch row at a time, heads first, each row's [H, L, L] weights recomputed in the backward pass
+instead of stored: the batched form writes and rereads B·H·L² weights several times over, which
+bounds it by memory traffic on a CPU, while one row's weights stay near the cores. At the
+presets the sweeps train it at, the Transformer's whole training step is then 1.8-3.3x faster
+in 5-14x less memory (`bench/softmax_rows.py`, docs/benchmarks.md section 3), so every
+equal-steps table spends less of its budget on this baseline. Not measured on GPU or TPU, where
+a loop over rows would serialise the work. Packed rows (`segment_ids`, `lion_jax.segments`)
+make the mask block-diagonal: a query sees the keys of its own example only.
 
 Shapes: B batch, L length, M = d_model, A = attention_dim (default M), H heads, D = A / H.
 """
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 from flax import nnx
 
@@ -19,7 +27,8 @@ from lion_jax import segments
 from lion_jax.config import ModelConfig
 
 
-def softmax_attention(q, k, v, key_mask=None, segment_ids=None):
+def softmax_attention(q, k, v, key_mask=None, segment_ids=None, *,
+                      one_example_at_a_time: bool | None = None):
   """Bidirectional scaled dot-product attention.
 
   Args:
@@ -27,6 +36,10 @@ def softmax_attention(q, k, v, key_mask=None, segment_ids=None):
     key_mask: optional [B, L] bool, False at padded keys (they get zero weight).
     segment_ids: optional [B, L] integer ids of a packed row: query i weighs key j only when both
       lie in one example (`segments.same_segment`); id 0 is padding.
+    one_example_at_a_time: how the B rows are evaluated; the outputs are the same to rounding.
+      True: a loop over the rows (`lax.map`), each row's [H, L, L] weights recomputed in the
+      backward pass instead of stored. False: flax's `nnx.dot_product_attention` on the whole
+      batch. None (default): True on the CPU, False elsewhere (see the module docstring).
 
   Returns:
     [B, L, H, D]. A query that may see no key (all keys padding, or itself padding in a packed
@@ -37,7 +50,36 @@ def softmax_attention(q, k, v, key_mask=None, segment_ids=None):
   if segment_ids is not None:
     same = segments.same_segment(segment_ids)[:, None]  # [B, 1, L, L] query i sees key j
     mask = same if mask is None else mask & same
-  return nnx.dot_product_attention(q, k, v, mask=mask)
+  if one_example_at_a_time is None:
+    one_example_at_a_time = jax.default_backend() == "cpu"
+  if not one_example_at_a_time:
+    return nnx.dot_product_attention(q, k, v, mask=mask)
+  if mask is None:
+    mask = jnp.ones((q.shape[0], 1, 1, k.shape[1]), bool)
+  attend = jax.checkpoint(_attend_one_row)
+  return jax.lax.map(lambda row: attend(*row), (q, k, v, mask))  # [B, L, H, D]
+
+
+def _attend_one_row(q, k, v, mask):
+  """Softmax attention of one row.
+
+  Args:
+    q, k, v: [L, H, D].
+    mask: [1, 1 or L, L] bool, True where query i may see key j.
+
+  Returns:
+    [L, H, D].
+  """
+  # heads first, so that each head's products run over contiguous [L, D] blocks
+  q, k, v = (jnp.swapaxes(x, 0, 1) for x in (q * q.shape[-1] ** -0.5, k, v))  # [H, L, D]
+  logits = jnp.einsum("hqd,hkd->hqk", q, k)  # [H, L, L]
+  logits = jnp.where(mask, logits, jnp.finfo(logits.dtype).min)
+  # the row maximum only keeps exp in range; softmax does not depend on it, so it takes no gradient
+  weights = jnp.exp(logits - jax.lax.stop_gradient(logits.max(-1, keepdims=True)))
+  total = weights.sum(-1, keepdims=True, dtype=jnp.promote_types(weights.dtype, jnp.float32))
+  # normalised after the product: an [H, L, D] division instead of an [H, L, L] one
+  y = (jnp.einsum("hqk,hkd->hqd", weights, v) / total).astype(weights.dtype)  # [H, L, D]
+  return jnp.swapaxes(y, 0, 1)
 
 
 class SoftmaxMixer(nnx.Module):
