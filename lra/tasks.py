@@ -59,6 +59,9 @@ class Task:
     options: every accepted task option with its default.
     locate_options: the option names passed to `locate` (the rest go to `decode`).
     fixed_seq_len: pixel tasks cannot change L.
+    generator: the module of `lra.data.generators` that makes this task's data, or None.
+    generator_arguments: task options -> the generator arguments fixed by the task rather than
+      by `config.generate` (Path-X draws 128-pixel images of the difficulty it loads).
   """
 
   info: TaskInfo
@@ -67,6 +70,8 @@ class Task:
   options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
   locate_options: tuple[str, ...] = ()
   fixed_seq_len: bool = False
+  generator: str | None = None
+  generator_arguments: Callable[[Mapping[str, Any]], dict[str, Any]] = lambda options: {}
 
   @property
   def name(self) -> str:
@@ -123,13 +128,15 @@ def _pathfinder_task(name: str, resolution: int) -> Task:
       functools.partial(pathfinder.locate, resolution=resolution),
       functools.partial(pathfinder.decode, resolution=resolution),
       options={"difficulty": "hard", "split": "random"}, locate_options=("difficulty",),
-      fixed_seq_len=True)
+      fixed_seq_len=True, generator="pathfinder",
+      generator_arguments=lambda options: dict(resolution=resolution,
+                                               difficulty=options["difficulty"]))
 
 
 TASKS: dict[str, Task] = {
     "listops": Task(
         TaskInfo("listops", listops.NUM_CLASSES, listops.VOCAB_SIZE, listops.SEQ_LEN, False, "tokens"),
-        listops.locate, listops.decode),
+        listops.locate, listops.decode, generator="listops"),
     "text": Task(
         TaskInfo("text", text.NUM_CLASSES, text.VOCAB_SIZE, text.SEQ_LEN, False, "tokens"),
         text.locate, text.decode, options={"source": "auto", "val_split": "test"},

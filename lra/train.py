@@ -25,7 +25,6 @@ import resource
 import sys
 import time
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -42,7 +41,7 @@ from lra.data import packing
 from lra.data.batching import make_loader
 from lra.data.errors import MissingDataError
 from lra.data.generators import record
-from lra.tasks import TaskInfo, load_task
+from lra.tasks import TASKS, TaskInfo, get_task, load_task
 
 # Every top-level field a config must have (documented in configs/common.py).
 CONFIG_FIELDS = (
@@ -138,25 +137,17 @@ def form_name(config: config_dict.ConfigDict) -> str:
 
 # --- data ------------------------------------------------------------------------------
 
-# task -> (its generator, a module of lra.data.generators; the arguments the generator takes from
-# the task and its options rather than from config.generate)
-_GENERATORS: dict[str, tuple[str, Callable[[dict[str, Any]], dict[str, Any]]]] = {
-    "listops": ("listops", lambda options: {}),
-    "pathfinder": ("pathfinder", lambda options: dict(resolution=32, difficulty=options["difficulty"])),
-    "pathx": ("pathfinder", lambda options: dict(resolution=128, difficulty=options["difficulty"])),
-}
-
-
 def _generator(config: config_dict.ConfigDict) -> tuple[Any, dict[str, Any], Path, dict[str, Any]]:
   """The generator of `config.task` and its call: (module, keyword arguments, the folder it
   writes, the arguments its record holds). Pathfinder and Path-X draw the difficulty the task
   will load (`task_options.difficulty`)."""
-  if config.task not in _GENERATORS:
+  task = get_task(config.task)
+  if task.generator is None:
+    with_one = ", ".join(name for name, other in TASKS.items() if other.generator)
     raise ConfigError(f"config.generate is set but task {config.task!r} has no generator (tasks "
-                      f"with one: {', '.join(_GENERATORS)}); drop config.generate")
-  name, from_task = _GENERATORS[config.task]
-  module = importlib.import_module(f"lra.data.generators.{name}")
-  kwargs = {**config.generate.to_dict(), **from_task(config.task_options.to_dict())}
+                      f"with one: {with_one}); drop config.generate")
+  module = importlib.import_module(f"lra.data.generators.{task.generator}")
+  kwargs = {**config.generate.to_dict(), **task.generator_arguments(config.task_options.to_dict())}
   try:
     params = record.output_params(module.generate, kwargs)
   except TypeError as e:

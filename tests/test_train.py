@@ -335,6 +335,17 @@ def test_missing_pathfinder_images_are_generated_at_the_difficulty_the_task_load
   assert [p.name for p in (tmp_path / "pathfinder32").iterdir()] == ["curv_baseline"]
 
 
+def test_config_generate_on_a_task_without_a_generator_names_the_tasks_that_have_one(tmp_path):
+  from configs import text  # pylint: disable=import-outside-toplevel
+  config = text.get_config("runlocal")
+  config.data_dir = str(tmp_path)
+  config.generate = dict(num_train=10)
+  with pytest.raises(ConfigError, match=r"config\.generate is set but task 'text' has no "
+                                        r"generator \(tasks with one: listops, pathfinder, "
+                                        r"pathx\); drop config\.generate"):
+    train.load_data(config)
+
+
 def _pathfinder_generated(tmp_path, **generate):
   from configs import pathfinder  # pylint: disable=import-outside-toplevel
   config = pathfinder.get_config("runlocal")
