@@ -4,6 +4,7 @@
   .venv/bin/python bench/packing.py --preset cpu_long --batch 32        # the cpu_long preset
   .venv/bin/python bench/packing.py --tasks text --batch 8              # Text (lengths below)
   .venv/bin/python bench/packing.py --quick                             # runlocal, seconds
+  .venv/bin/python bench/packing.py --tasks retrieval --data-dir data   # lengths of real files
 
 For each task × variant × batch size: the same B examples (lengths drawn as below, tokens
 random) as one padded batch (B rows of L) and as one packed batch (`lra.data.packing`: R rows
@@ -19,7 +20,12 @@ Lengths:
            to [10, L]. IMDB's reviews average 230 words (Maas et al., 2011), about 1300
            characters, and are right-skewed with a long tail; the LRA byte-level task truncates
            at L = 4096, which this keeps (about 3% of the samples are cut).
-  retrieval  not measured: AAN's document lengths are not available here to state honestly.
+  retrieval  no stated distribution: AAN's document lengths are not available here to state
+           honestly; measure it with `--data-dir`.
+  --data-dir DIR  any token task: the lengths of the first 2000 training examples of a seeded
+           shuffle of the task's files under DIR, as the trainer loads them (`lra.tasks`; the
+           Retrieval release's tsv_data/ copied to DIR/aan). Retrieval's two documents per
+           example are two segments, packed together.
 
 Writes packing.json to bench/results/ (git-ignored; `--publish`: docs/bench/).
 """
@@ -45,12 +51,18 @@ from lra.data import listops as listops_data  # noqa: E402
 from lra.data import packing  # noqa: E402
 from lra.data.generators import listops as listops_generator  # noqa: E402
 from lra.data.split import Split  # noqa: E402
+from lra.tasks import load_task  # noqa: E402
 
 SAMPLES = 2000
 
 
-def sample_lengths(task: str, config, seq_len: int, seed: int = 0) -> np.ndarray:
-  """[SAMPLES] example lengths of `task` (module docstring)."""
+def sample_lengths(task: str, config, seq_len: int, seed: int = 0,
+                   data_dir: str | None = None) -> np.ndarray:
+  """[SAMPLES] example lengths of `task` ([SAMPLES, 2] for Retrieval; module docstring)."""
+  if data_dir:
+    splits, _ = load_task(task, data_dir, seq_len=seq_len)
+    lengths = splits["train"].lengths
+    return lengths[np.random.default_rng(seed).permutation(len(lengths))[:SAMPLES]]
   if task == "listops":
     generate = dict(config.generate or {})
     rows = listops_generator.sample(SAMPLES, min_length=generate.get("min_length", 500),
@@ -59,13 +71,15 @@ def sample_lengths(task: str, config, seq_len: int, seed: int = 0) -> np.ndarray
   if task == "text":
     rng = np.random.default_rng(seed)
     return np.clip(rng.lognormal(np.log(979), 0.74, SAMPLES).astype(int), 10, seq_len)
-  raise SystemExit(f"--tasks {task}: no length distribution to state (module docstring)")
+  raise SystemExit(f"--tasks {task}: no length distribution to state here; give the lengths "
+                   "of the real files with --data-dir (module docstring)")
 
 
 def split_of(lengths: np.ndarray, info, seq_len: int, seed: int = 0) -> Split:
+  """Random tokens at the given lengths: inputs [N, L] ([N, 2, L] for lengths [N, 2])."""
   rng = np.random.default_rng(seed)
-  tokens = rng.integers(1, info.vocab_size, (len(lengths), seq_len))
-  inputs = (tokens * (np.arange(seq_len) < lengths[:, None])).astype(np.int32)
+  tokens = rng.integers(1, info.vocab_size, (*lengths.shape, seq_len))
+  inputs = (tokens * (np.arange(seq_len) < lengths[..., None])).astype(np.int32)
   return Split(inputs, lengths.astype(np.int32), rng.integers(0, info.num_classes,
                                                               len(lengths)).astype(np.int32))
 
@@ -82,13 +96,17 @@ def cases_for(task, variant, batch_size, preset, split, residuals=""):
       max_factor=1 if model_config.mixer == "softmax" else 4)
   packed = next(packing.PackedBatchIterator(split, batch_size=batch_size, rows=rows,
                                             row_length=row_length, seed=0))
-  # The padded batch holds the very examples the packed step placed, one per row.
+  # The padded batch holds the very examples the packed step placed, one per row (Retrieval:
+  # both documents of an example, [B, 2, L]).
+  docs = np.reshape(packed["example_rows"], (batch_size, -1)).shape[1]
   tokens = [packed["inputs"][r][packed["segment_ids"][r] == i]
-            for r, i in zip(packed["example_rows"], packed["example_ids"])]
-  lengths = np.asarray([len(t) for t in tokens])
-  padded = {"inputs": np.stack([np.pad(t, (0, seq_len - len(t))) for t in tokens]),
-            "lengths": lengths.astype(np.int32), "labels": packed["labels"],
-            "example_mask": packed["example_mask"]}
+            for r, i in zip(np.ravel(packed["example_rows"]), np.ravel(packed["example_ids"]))]
+  lengths = np.asarray([len(t) for t in tokens]).reshape(batch_size, docs)
+  inputs = np.stack([np.pad(t, (0, seq_len - len(t))) for t in tokens])
+  padded = {"inputs": inputs.reshape(batch_size, docs, seq_len)[:, 0] if docs == 1 else
+                      inputs.reshape(batch_size, docs, seq_len),
+            "lengths": (lengths[:, 0] if docs == 1 else lengths).astype(np.int32),
+            "labels": packed["labels"], "example_mask": packed["example_mask"]}
   info_fields = dict(task=task, variant=variant, preset=preset or "paper", batch=batch_size,
                      residuals=config.model.residuals if model_config.mixer == "lion" else None,
                      seq_len=seq_len, rows=rows, row_length=row_length,
@@ -115,6 +133,9 @@ def main(argv=None):
   p.add_argument("--variants", default="lion_s,lion_d,s5,transformer")
   p.add_argument("--batch", default="8", help="comma list of batch sizes")
   p.add_argument("--preset", default="", choices=("", *common.PRESET_FLAGS))
+  p.add_argument("--data-dir", default=None,
+                 help="take each task's lengths from its real files under this folder "
+                      "(module docstring)")
   p.add_argument("--residuals", default="", choices=("", "stored", "recomputed"),
                  help="LION's model.residuals for both layouts (default: what config.packing "
                       "runs, the padded rows' \"auto\" choice)")
@@ -127,8 +148,9 @@ def main(argv=None):
   for task in args.tasks.split(","):
     base, info, seq_len = train_step.task_config(
         task, "lion_s" + (f",{args.preset}" if args.preset else ""))
-    split = split_of(sample_lengths(task, base, seq_len), info, seq_len)
-    print(f"{task}: {len(split)} sampled lengths, median {np.median(split.lengths):.0f}, mean "
+    split = split_of(sample_lengths(task, base, seq_len, data_dir=args.data_dir), info, seq_len)
+    print(f"{task}: {len(split)} {'examples of ' + args.data_dir if args.data_dir else 'sampled'}"
+          f" lengths, median {np.median(split.lengths):.0f}, mean "
           f"{split.lengths.mean():.0f}, L = {seq_len}; padding share of padded rows "
           f"{packing.padding_share(split.lengths, seq_len):.3f}", flush=True)
     for batch_size in (int(b) for b in args.batch.split(",")):

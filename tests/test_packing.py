@@ -199,3 +199,37 @@ def test_baselines_train_on_packed_rows(data_dir, tmp_path):
     config.model.d_model, config.model.num_layers = 16, 1
     results = train.train_and_evaluate(config, str(tmp_path / variant), progress=False)
     assert 0.0 <= results["test_accuracy"] <= 1.0
+
+
+def test_packing_bench_times_retrieval_on_the_lengths_of_real_files(tmp_path, monkeypatch):
+  """`bench/packing.py --tasks retrieval --data-dir DIR`: each example's two documents, with the
+  lengths the loader reads from DIR, padded as [B, 2, L] and packed as two segments; the padded
+  batch holds the very documents the packed batch placed."""
+  import importlib.util  # pylint: disable=import-outside-toplevel
+  import pathlib  # pylint: disable=import-outside-toplevel
+  import sys  # pylint: disable=import-outside-toplevel
+
+  from tests.lra_fixtures import aan_row, write_aan  # pylint: disable=import-outside-toplevel
+  rng = np.random.default_rng(0)
+  write_aan(tmp_path / "aan", [aan_row(str(i % 2), "a" * int(rng.integers(5, 120)),
+                                       "b" * int(rng.integers(5, 120))) for i in range(24)])
+  script = pathlib.Path(__file__).resolve().parents[1] / "bench" / "packing.py"
+  monkeypatch.syspath_prepend(str(script.parent))
+  spec = importlib.util.spec_from_file_location("bench_packing_retrieval", script)
+  bench = importlib.util.module_from_spec(spec)
+  monkeypatch.setitem(sys.modules, spec.name, bench)
+  spec.loader.exec_module(bench)
+
+  config, info, seq_len = bench.train_step.task_config("retrieval", "s5,runlocal")
+  lengths = bench.sample_lengths("retrieval", config, seq_len, data_dir=str(tmp_path))
+  assert lengths.shape == (24, 2) and 5 <= lengths.min() and lengths.max() <= min(120, seq_len)
+  padded_case, packed_case = bench.cases_for("retrieval", "s5", 4, "runlocal",
+                                             bench.split_of(lengths, info, seq_len))
+  padded, packed = (jax.device_get(case.args[1]) for case in (padded_case, packed_case))
+  assert padded["inputs"].shape == (4, 2, seq_len) and packed["example_rows"].shape == (4, 2)
+  for example in range(4):
+    for doc in range(2):
+      row, run = packed["example_rows"][example, doc], packed["example_ids"][example, doc]
+      tokens = packed["inputs"][row][packed["segment_ids"][row] == run]
+      assert len(tokens) == padded["lengths"][example, doc]
+      np.testing.assert_array_equal(padded["inputs"][example, doc, :len(tokens)], tokens)
