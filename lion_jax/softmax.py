@@ -3,16 +3,19 @@
     q, k, v = x W_q, x W_k, x W_v               per head, D = A / H (A = attention_dim or M)
     y = softmax(q kᵀ / √D + mask) v W_o           bidirectional: every real key, no causal mask
 
-Off the CPU the attention is flax's `nnx.dot_product_attention` over the whole batch (the XLA
-reference implementation), what a Flax user gets by default. On the CPU it is the same sum taken
-one batch row at a time, heads first, each row's [H, L, L] weights recomputed in the backward pass
-instead of stored: the batched form writes and rereads B·H·L² weights several times over, which
-bounds it by memory traffic on a CPU, while one row's weights stay near the cores. At the
-presets the sweeps train it at, the Transformer's whole training step is then 1.8-3.3x faster
-in 5-14x less memory (`bench/softmax_rows.py`, docs/benchmarks.md section 3), so every
-equal-steps table spends less of its budget on this baseline. Not measured on GPU or TPU, where
-a loop over rows would serialise the work. Packed rows (`segment_ids`, `lion_jax.segments`)
-make the mask block-diagonal: a query sees the keys of its own example only.
+On a single CPU device the attention is taken one batch row at a time, heads first, each row's
+[H, L, L] weights recomputed in the backward pass instead of stored: the batched form writes and
+rereads B·H·L² weights several times over, which bounds it by memory traffic on a CPU, while one
+row's weights stay near the cores. At the presets the sweeps train it at, the Transformer's whole
+training step is then 1.8-3.3x faster in 5-14x less memory (`bench/softmax_rows.py`,
+docs/benchmarks.md section 3), so every equal-steps table spends less of its budget on this
+baseline. Everywhere else it is flax's `nnx.dot_product_attention` over the whole batch (the XLA
+reference implementation), what a Flax user gets by default: with the batch split over several
+devices (data parallel) a loop over its rows would make the partitioner gather the whole batch
+onto every device, and on GPU or TPU (not measured) it would serialise the work.
+
+Packed rows (`segment_ids`, `lion_jax.segments`) make the mask block-diagonal: a query sees the
+keys of its own example only.
 
 Shapes: B batch, L length, M = d_model, A = attention_dim (default M), H heads, D = A / H.
 """
@@ -39,7 +42,8 @@ def softmax_attention(q, k, v, key_mask=None, segment_ids=None, *,
     one_example_at_a_time: how the B rows are evaluated; the outputs are the same to rounding.
       True: a loop over the rows (`lax.map`), each row's [H, L, L] weights recomputed in the
       backward pass instead of stored. False: flax's `nnx.dot_product_attention` on the whole
-      batch. None (default): True on the CPU, False elsewhere (see the module docstring).
+      batch. None (default): True on a single CPU device, False elsewhere (see the module
+      docstring).
 
   Returns:
     [B, L, H, D]. A query that may see no key (all keys padding, or itself padding in a packed
@@ -51,7 +55,7 @@ def softmax_attention(q, k, v, key_mask=None, segment_ids=None, *,
     same = segments.same_segment(segment_ids)[:, None]  # [B, 1, L, L] query i sees key j
     mask = same if mask is None else mask & same
   if one_example_at_a_time is None:
-    one_example_at_a_time = jax.default_backend() == "cpu"
+    one_example_at_a_time = jax.default_backend() == "cpu" and jax.device_count() == 1
   if not one_example_at_a_time:
     return nnx.dot_product_attention(q, k, v, mask=mask)
   if mask is None:

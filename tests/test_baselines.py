@@ -2,6 +2,9 @@
 (`lion_jax.softmax`), each against its definition in float64 NumPy, and inside `LraClassifier`."""
 
 import importlib
+import os
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -249,13 +252,38 @@ def test_softmax_attention_equals_its_float64_definition_batched_or_row_by_row(
                                  err_msg=f"gradient with respect to {name}")
 
 
-def test_softmax_attention_evaluates_row_by_row_on_the_cpu_only():
-  """On the CPU a loop over the rows, each row's weights recomputed for the backward pass, is
-  1.8-3.3x faster in 5-14x less memory at the presets (docs/benchmarks.md section 3);
+def test_softmax_attention_evaluates_row_by_row_on_one_cpu_device_only():
+  """On one CPU device a loop over the rows, each row's weights recomputed for the backward
+  pass, is 1.8-3.3x faster in 5-14x less memory at the presets (docs/benchmarks.md section 3);
   elsewhere the batch is evaluated at once. The choice shows in the traced program."""
   q = jnp.ones((2, 8, 2, 4))
   program = str(jax.make_jaxpr(softmax.softmax_attention)(q, q, q))
-  assert ("scan" in program) == (jax.default_backend() == "cpu")
+  assert ("scan" in program) == (jax.default_backend() == "cpu" and jax.device_count() == 1)
+
+
+_SHARDED_ATTENTION = """
+import jax, jax.numpy as jnp, numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from lion_jax import softmax
+batch = NamedSharding(Mesh(np.array(jax.devices()), ("data",)), PartitionSpec("data"))
+def gathers(one_example_at_a_time):
+  loss = lambda q: (softmax.softmax_attention(
+      q, q, q, one_example_at_a_time=one_example_at_a_time) ** 2).sum()
+  step = jax.jit(jax.grad(loss), in_shardings=batch)
+  return step.lower(jnp.ones((8, 16, 2, 4))).compile().as_text().count("all-gather")
+print(jax.device_count(), gathers(True) > 0, gathers(None))
+"""
+
+
+def test_softmax_attention_keeps_a_batch_split_over_devices_split():
+  """Over two CPU devices the default evaluates the batch at once: the row loop would make the
+  partitioner gather the whole batch onto each device (the second field shows it does)."""
+  result = subprocess.run(
+      [sys.executable, "-c", _SHARDED_ATTENTION], capture_output=True, text=True, timeout=300,
+      env={**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+           "JAX_PLATFORMS": "cpu"})
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert result.stdout.split() == ["2", "True", "0"]
 
 
 BASELINES = {
