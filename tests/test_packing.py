@@ -201,6 +201,7 @@ def test_baselines_train_on_packed_rows(data_dir, tmp_path):
     assert 0.0 <= results["test_accuracy"] <= 1.0
 
 
+@pytest.mark.slow  # about 20 s: two training setups
 def test_packing_bench_times_retrieval_on_the_lengths_of_real_files(tmp_path, monkeypatch):
   """`bench/packing.py --tasks retrieval --data-dir DIR`: each example's two documents, with the
   lengths the loader reads from DIR, padded as [B, 2, L] and packed as two segments; the padded
