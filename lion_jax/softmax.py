@@ -50,18 +50,26 @@ def softmax_attention(q, k, v, key_mask=None, segment_ids=None, *,
     row) gets the mean of all the row's values: the masked logits are one finite large negative
     number, so its softmax is uniform, never 0/0.
   """
-  mask = None if key_mask is None else key_mask[:, None, None, :]  # [B, 1, 1, L] over keys
-  if segment_ids is not None:
-    same = segments.same_segment(segment_ids)[:, None]  # [B, 1, L, L] query i sees key j
-    mask = same if mask is None else mask & same
   if one_example_at_a_time is None:
     one_example_at_a_time = jax.default_backend() == "cpu" and jax.device_count() == 1
   if not one_example_at_a_time:
+    mask = None if key_mask is None else key_mask[:, None, None, :]  # [B, 1, 1, L] over keys
+    if segment_ids is not None:
+      same = segments.same_segment(segment_ids)[:, None]  # [B, 1, L, L] query i sees key j
+      mask = same if mask is None else mask & same
     return nnx.dot_product_attention(q, k, v, mask=mask)
-  if mask is None:
-    mask = jnp.ones((q.shape[0], 1, 1, k.shape[1]), bool)
-  attend = jax.checkpoint(_attend_one_row)
-  return jax.lax.map(lambda row: attend(*row), (q, k, v, mask))  # [B, L, H, D]
+  batch, length = q.shape[:2]
+  keys = jnp.ones((batch, length), bool) if key_mask is None else key_mask  # [B, L]
+  ids = jnp.ones((batch, length), jnp.int32) if segment_ids is None else segment_ids  # [B, L]
+
+  @jax.checkpoint
+  def attend(q, k, v, keys, ids):  # one row; its [L, L] mask is built here, never for all B
+    mask = keys[None, :]  # [1, L] over keys
+    if segment_ids is not None:
+      mask = mask & segments.same_segment(ids[None])[0]  # [L, L] query i sees key j
+    return _attend_one_row(q, k, v, mask[None])
+
+  return jax.lax.map(lambda row: attend(*row), (q, k, v, keys, ids))  # [B, L, H, D]
 
 
 def _attend_one_row(q, k, v, mask):
