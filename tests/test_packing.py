@@ -82,6 +82,18 @@ def test_the_chosen_layout_is_the_smallest_that_packs(multiple):
   assert packing.choose_rows(lengths, batch_size=16, length=L, seed=0, max_factor=1)[1] == L
 
 
+def test_the_simulation_sees_the_batches_the_run_draws():
+  # `choose_rows` keeps the simulated index batches between layouts; they must stay the ones
+  # the training iterator reads, over several epochs (each a fresh permutation).
+  # pylint: disable=protected-access
+  drawn = iter(packing._index_batches(40, 8, 3).to_iter_dataset())
+  epochs = [packing._index_batch(40, 8, 3, step) for step in range(15)]
+  for simulated in epochs:
+    np.testing.assert_array_equal(simulated, next(drawn))
+  assert sorted(np.concatenate(epochs[:5])) == list(range(40))
+  assert not np.array_equal(np.concatenate(epochs[:5]), np.concatenate(epochs[5:10]))
+
+
 def test_the_state_resumes_the_same_batches():
   split = split_of(lengths_like_listops(64))
   make = lambda: packing.PackedBatchIterator(split, batch_size=8, rows=5, row_length=L, seed=1)
