@@ -444,11 +444,9 @@ TRAIN_STEP_TASKS = ("listops", "image", "pathfinder", "text", "retrieval", "path
 # S5 and the Transformer (the paper's Table 7 baselines), timed once per task next to LION-S.
 TRAIN_STEP_BASELINES = ("s5", "transformer")
 # Presets whose default ("auto") residuals are recomputed, timed again with them stored. On an
-# H100 the recomputed ListOps step took 230 ms against S5's 16, and as long on packed rows of
-# 4608 tokens (0.58x the tokens, 2.25x the segments) as on rows of 2048: not bound by its
-# tokens. The suspect is the sequential segment loop (L / S iterations per loop, six loops a
-# block, S = 128 at batch 50), which the stored kernel does not have. These two plan 26 and
-# 41 GB stored on an H200 (docs/benchmarks.md §11), so both fit.
+# H100 the ListOps step took 102 ms stored against 147 ms recomputed in one segment a row and
+# 231 ms in segments of 128 tokens (bench/segments.py, docs/benchmarks.md §11); these two plan
+# 26 and 41 GB stored on an H200, so both fit.
 TRAIN_STEP_STORED_TASKS = ("listops", "image")
 TRAIN_STEP_VARIANTS = ((32, "float32"), (32, "bfloat16"), (64, "float32"), (128, "float32"),
                        (64, "bfloat16"), (128, "bfloat16"))

@@ -6,12 +6,12 @@ lengths, beside S5, on the same examples padded and packed, in one process.
   .venv/bin/python bench/segments.py --quick                  # runlocal sizes, seconds
 
 The recomputing kernel (`lion_jax/recomputed.py`) runs a row's segments of S tokens one after
-another, and the number of segments a step runs grows as L / S per block; its S (128 at batch
-50) was chosen for a 2-core CPU's caches (docs/benchmarks.md §10). On a GPU the same step ran
-14.6× slower than S5's (§11); this measures how much of that the segment loop explains: S is
-forced for each case (`recomputed.SEGMENT_MIN = SEGMENT_MAX = S` while that case is traced;
-S at or above the row's length makes one segment), next to the stored kernel, which has no
-segment loop, and to S5.
+another, and the number of segments a step runs grows as L / S per block. Its rule picks
+128-512 tokens a row on a CPU (for a 2-core CPU's caches, docs/benchmarks.md §10) and up to
+2^17 tokens over the batch on a GPU or TPU (one segment a row at the ListOps preset), which
+this measured (§11). S is forced for each case while that case is traced ("auto": the rule;
+"max" or any S at or above the row's length: one segment a row), next to the stored kernel,
+which has no segment loop, and to S5.
 
 Cases run in the order given by `--cases`, each compiled and then timed right away (medians
 of `--repeats` steps), so that a run cut short by `--budget-s` or from outside keeps every case
@@ -49,14 +49,17 @@ DEFAULT_CASES = ("s5::padded,lion_s:stored:padded,lion_s:recomputed:max:padded,"
 def segment_tokens(segment: str):
   """Forces the recomputing kernel's S while a step is traced ("auto": the kernel's own rule;
   "max": one segment per row)."""
-  saved = recomputed.SEGMENT_MIN, recomputed.SEGMENT_MAX
+  names = ("SEGMENT_MIN", "SEGMENT_MAX", "ACCELERATOR_SEGMENT_TOKENS")
+  saved = [getattr(recomputed, name) for name in names]
   if segment != "auto":
     size = 1 << 30 if segment == "max" else int(segment)
     recomputed.SEGMENT_MIN = recomputed.SEGMENT_MAX = size
+    recomputed.ACCELERATOR_SEGMENT_TOKENS = 0  # the target is then SEGMENT_MIN there too
   try:
     yield
   finally:
-    recomputed.SEGMENT_MIN, recomputed.SEGMENT_MAX = saved
+    for name, value in zip(names, saved):
+      setattr(recomputed, name, value)
 
 
 def parse_case(text: str) -> dict[str, str]:

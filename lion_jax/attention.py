@@ -61,10 +61,13 @@ def resolve_form(form: str | LionForm, length: int, chunk_size: int) -> LionForm
 def resolve_residuals(residuals: str, length: int) -> str:
   """The concrete residuals ("stored" or "recomputed") of a "chunk_scan" call over L tokens.
 
-  "auto" recomputes rows longer than the longest segment (`recomputed.SEGMENT_MAX`, 512
+  "auto" recomputes rows longer than the CPU's longest segment (`recomputed.SEGMENT_MAX`, 512
   tokens), every LRA preset's: there the stored kernel makes a training step plan 2.9–3.3× the
-  memory for 0.87–1.0× the time (docs/benchmarks.md §10). Shorter rows, one segment each, keep
-  the stored kernel, whose residuals are small there and which compiles faster. `model.remat`
+  memory for 0.87–1.0× the time on a CPU (docs/benchmarks.md §10). Shorter rows keep the
+  stored kernel, whose residuals are small there and which compiles faster. On a GPU with
+  memory to spare, "stored" is faster: 1.44× at the ListOps preset on an H100, in 2.6× the
+  memory (§11); "auto" does not choose it, since only the caller knows what fits (Path-X at
+  its paper batch does not, stored, on an 80 GB card). `model.remat`
   (`jax.checkpoint` around each block) is no substitute on XLA:CPU, which plans no less with
   it; on GPU and TPU the two combine (remat keeps the block inputs, this the kernel's).
   """

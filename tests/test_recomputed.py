@@ -44,15 +44,23 @@ def every_option(q, k, v, log_decay, key_mask):
   return [attention(q, k, v, log_decay, key_mask, convention=c, normalize=n) for c, n in OPTIONS]
 
 
-def test_segments_are_whole_chunks_of_about_2048_tokens_over_the_batch(monkeypatch):
+def test_segments_are_equal_runs_of_whole_chunks_near_a_token_target_per_platform(monkeypatch):
   assert recomputed.segment_length(2, 96, 16) == 32  # at most SEGMENT_MAX (here 32)
   assert recomputed.segment_length(2, 20, 16) == 32  # a padded row of 2 chunks
   assert recomputed.segment_length(1, 8, 16) == 16  # never less than a chunk
   monkeypatch.undo()  # the real bounds
+  # CPU: about 2048 tokens over the batch, 128 to 512 a row.
   assert recomputed.segment_length(2, 4096, 32) == 512  # SEGMENT_MAX per row
   assert recomputed.segment_length(32, 2048, 32) == 128  # SEGMENT_MIN per row
   assert recomputed.segment_length(8, 2048, 32) == 256  # SEGMENT_TOKENS over the batch
   assert recomputed.segment_length(64, 4000, 32) == 128  # padded to 4096, not 125 segments
+  assert recomputed.segment_length(2, 600, 32) == 320  # 19 chunks as 10 + 9, not 16 + 3
+  # GPU and TPU: up to 2^17 tokens over the batch, rows of any length.
+  monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+  assert recomputed.segment_length(50, 2048, 32) == 2048  # ListOps: one segment a row
+  assert recomputed.segment_length(13, 4608, 32) == 4608  # ListOps packed
+  assert recomputed.segment_length(50, 4096, 32) == 2048  # Text: two equal, not 2592 + 1504
+  assert recomputed.segment_length(32, 16384, 32) == 4096  # Path-X: four a row
 
 
 # No decay, fixed per-channel and selective vector decays at L = 37 (3 segments, the last
