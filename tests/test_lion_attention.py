@@ -77,11 +77,14 @@ def definition_outputs(decay_kind, length):
 
 def definition_grid():
   """make test: every form, decay kind and option at L = 37 (several chunks, a partial last
-  one); L = 1, 7 and 96 through chunk_scan (the training form); the rest in make test-all."""
+  one); through chunk_scan (the training form) L = 1 for every decay kind, and L = 96 (six
+  whole chunks) with no decay and with the LRA's selective vector decays; the rest (L = 7, less
+  than a chunk, too) in make test-all."""
   for decay_kind in DECAY_KINDS:
     for length in (1, 7, 37, 96):
       for form in FORMS:
-        fast = length == 37 or form == "chunk_scan"
+        fast = length == 37 or (form == "chunk_scan" and (
+            length == 1 or (length == 96 and decay_kind in ("lit", "selective_vector"))))
         yield (decay_kind, length, form) if fast else pytest.param(
             decay_kind, length, form, marks=pytest.mark.slow)
 
@@ -98,8 +101,15 @@ def test_every_form_equals_float64_definition(decay_kind, length, form):
                                err_msg=f"convention={convention} normalize={normalize}")
 
 
-@pytest.mark.parametrize("convention", ["symmetric", "code"])
-@pytest.mark.parametrize("decay_kind", DECAY_KINDS)
+# One convention per decay kind in make test, both for the LRA's selective vector decays.
+FLOAT32_FAST = {("lit", "symmetric"), ("fixed_head", "code"), ("fixed_channel", "symmetric"),
+                ("selective", "code"), ("selective_vector", "symmetric"),
+                ("selective_vector", "code")}
+
+
+@pytest.mark.parametrize("decay_kind,convention", [
+    case if case in FLOAT32_FAST else pytest.param(*case, marks=pytest.mark.slow)
+    for case in ((kind, convention) for kind in DECAY_KINDS for convention in ("symmetric", "code"))])
 def test_float32_matches_definition(decay_kind, convention):
   q, k, v, log_decay, key_mask = make_inputs(37, decay_kind, seed=1)
   expected = reference_lion(q, k, v, log_decay, convention=convention, key_mask=key_mask)
@@ -214,7 +224,7 @@ def test_float32_is_stable_at_length_16384(form, residuals, with_gradients):
   np.testing.assert_allclose(np.asarray(out)[0, rows, 0], expected, rtol=2e-5, atol=2e-5)
 
 
-@pytest.mark.parametrize("length", [37, 7])
+@pytest.mark.parametrize("length", [37, pytest.param(7, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("log_range", [(-40.0, -20.0), (-1e-9, 0.0)], ids=["to_zero", "to_one"])
 def test_extreme_decays_stay_finite_and_exact(log_range, length):
   rng = np.random.default_rng(8)
