@@ -177,3 +177,27 @@ def test_compiled_cases_carry_xla_flop_and_byte_counts():
                                            (jnp.ones((n, n)),)))
   assert case.result["xla_flops"] == 2 * n ** 3
   assert case.result["xla_bytes_accessed"] >= 2 * 4 * n * n  # reads a, writes a @ a
+
+
+def test_the_segments_bench_forces_a_segment_length_while_tracing_and_restores_the_rule(
+    monkeypatch):
+  """`bench/segments.py` compares segment lengths on one device: each forced length must reach
+  the kernel's rule on every backend (the CPU's and the accelerators' targets differ), and
+  the rule must come back after each case."""
+  import segments  # pylint: disable=import-outside-toplevel
+  from lion_jax import recomputed  # pylint: disable=import-outside-toplevel
+  for backend in ("cpu", "gpu"):
+    monkeypatch.setattr(jax, "default_backend", lambda backend=backend: backend)
+    rule = recomputed.segment_length(50, 2048, 32)
+    with segments.segment_tokens("512"):
+      assert recomputed.segment_length(50, 2048, 32) == 512
+    with segments.segment_tokens("max"):
+      assert recomputed.segment_length(50, 2048, 32) == 2048
+    with segments.segment_tokens("auto"):
+      assert recomputed.segment_length(50, 2048, 32) == rule
+    assert recomputed.segment_length(50, 2048, 32) == rule
+  assert segments.parse_case("s5::packed") == dict(variant="s5", residuals="", segment="auto",
+                                                   layout="packed")
+  with pytest.raises(SystemExit, match="only for residuals=recomputed"):
+    segments.parse_case("lion_s:stored:512:padded")
+
