@@ -2,7 +2,7 @@
 lengths, beside S5, on the same examples padded and packed, in one process.
 
   python3 bench/segments.py                                   # ListOps preset, batch 50
-  python3 bench/segments.py --segments 128,512,2048 --budget-s 400 --out DIR
+  python3 bench/segments.py --cases lion_s:recomputed:128:padded,lion_s:recomputed:max:padded
   .venv/bin/python bench/segments.py --quick                  # runlocal sizes, seconds
 
 The recomputing kernel (`lion_jax/recomputed.py`) runs a row's segments of S tokens one after
