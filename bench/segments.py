@@ -16,7 +16,10 @@ which has no segment loop, and to S5.
 Cases run in the order given by `--cases`, each compiled and then timed right away (medians
 of `--repeats` steps), so that a run cut short by `--budget-s` or from outside keeps every case
 it finished: the JSON is rewritten after each. Compile seconds and XLA's temp + output bytes
-come with every case.
+come with every case. `--profile-steps N` then runs N more steps of each case under
+`jax.profiler.trace` and adds where the device's time went: the ops (GPU kernels, XLA:CPU
+thunks) of the trace, summed by name, per step, largest first (the Perfetto trace's JSON,
+read here, so nothing beyond JAX is needed on the machine).
 
 Writes segments.json to bench/results/ (git-ignored; `--publish`: docs/bench/).
 """
@@ -24,11 +27,17 @@ Writes segments.json to bench/results/ (git-ignored; `--publish`: docs/bench/).
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import gc
+import gzip
+import json
 import pathlib
 import sys
+import tempfile
 import time
+
+import jax
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
@@ -62,6 +71,56 @@ def segment_tokens(segment: str):
       setattr(recomputed, name, value)
 
 
+def device_op_times(case, steps: int, top: int = 15) -> dict:
+  """Where a compiled case's device time goes over `steps` calls, from a profiler trace.
+
+  The trace's lines (threads) in the device processes ("/device:GPU:0": its streams and its
+  "XLA Ops" line, which show the same work as kernels and as HLO ops); on a CPU, where XLA's
+  thunks run on the host, XLA:CPU's compute threads. Each line's ops are summed by name in
+  self time (a nested event's time is its parent's no longer), per step. Returns, per line, its
+  milliseconds a step and its `top` ops (name, ms a step, share of the line).
+  """
+  with tempfile.TemporaryDirectory() as folder:
+    with jax.profiler.trace(folder, create_perfetto_trace=True):
+      for _ in range(steps):
+        out = case.compiled(*case.args)
+        jax.block_until_ready(out)
+        case.args = (out[0], *case.args[1:])
+    trace = max(pathlib.Path(folder).rglob("*.trace.json.gz"), key=lambda p: p.stat().st_mtime)
+    events = json.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]
+  processes = {e["pid"]: e["args"]["name"] for e in events
+               if e.get("ph") == "M" and e.get("name") == "process_name"}
+  threads = {(e["pid"], e.get("tid")): e["args"]["name"] for e in events
+             if e.get("ph") == "M" and e.get("name") == "thread_name"}
+  devices = {pid for pid, name in processes.items() if str(name).startswith("/device:")}
+  by_line = collections.defaultdict(list)
+  for event in events:
+    if event.get("ph") != "X" or event["name"].startswith("end: "):
+      continue
+    line = (event["pid"], event.get("tid"))
+    thread = str(threads.get(line, line[1]))
+    if event["pid"] in devices if devices else thread.startswith("tf_XLAEigen"):
+      by_line[f"{processes.get(event['pid'], event['pid'])} {thread}"].append(event)
+  lines = {}
+  for line, line_events in by_line.items():
+    own = collections.Counter()
+    stack = []  # (end, name) of the enclosing events
+    for event in sorted(line_events, key=lambda e: (e["ts"], -e.get("dur", 0.0))):
+      start, duration = event["ts"], event.get("dur", 0.0)
+      while stack and stack[-1][0] <= start:
+        stack.pop()
+      if stack:
+        own[stack[-1][1]] -= duration
+      own[event["name"]] += duration
+      stack.append((start + duration, event["name"]))
+    total = sum(own.values()) / 1e3 / steps  # µs -> ms a step
+    lines[line] = dict(ms_per_step=total, ops=[
+        dict(name=name, ms_per_step=us / 1e3 / steps, share=us / 1e3 / steps / total)
+        for name, us in own.most_common(top)] if total > 0 else [])
+  return dict(profile_steps=steps, device_lines=dict(
+      sorted(lines.items(), key=lambda item: -item[1]["ms_per_step"])))
+
+
 def parse_case(text: str) -> dict[str, str]:
   """'lion_s:recomputed:512:packed' -> fields; 's5::padded' (a baseline has no residuals)."""
   parts = text.split(":")
@@ -84,6 +143,8 @@ def main(argv=None):
                  help="comma list of variant:residuals[:S]:layout, run in this order")
   p.add_argument("--budget-s", type=float, default=1e9,
                  help="start no case after this many seconds")
+  p.add_argument("--profile-steps", type=int, default=0,
+                 help="after timing, profile this many steps of each case (module docstring)")
   harness.add_common_args(p, repeats=5, case_budget_s=30.0, mem_budget_gb=60.0)
   args = p.parse_args(argv)
   if args.quick:
@@ -114,8 +175,12 @@ def main(argv=None):
         rows = case.info["rows"] if spec["layout"] == "packed" else args.batch
         length = case.info["row_length"] if spec["layout"] == "packed" else seq_len
         case.info["segment_tokens"] = recomputed.segment_length(rows, length, base.model.chunk_size)
-      harness.run_group([case], args.mem_budget_gb, repeats=args.repeats,
-                        budget_s=args.case_budget_s, min_repeats=2)
+      runnable = harness.compile_within_budget([case], args.mem_budget_gb)
+      harness.time_cases(runnable, repeats=args.repeats, budget_s=args.case_budget_s,
+                         min_repeats=2)
+    if runnable and args.profile_steps:
+      case.result.update(device_op_times(case, args.profile_steps))
+    case.compiled = None
     record = harness.record(case)
     if "median_s" in record:
       record["examples_per_s"] = args.batch / record["median_s"]
@@ -125,6 +190,11 @@ def main(argv=None):
           f"{record.get('compile_s', float('nan')):.1f} s, "
           f"{harness.fmt_bytes(record.get('temp_plus_output_bytes'))}"
           + (f" ({record['skipped']})" if "skipped" in record else ""), flush=True)
+    for line, profile in list(record.get("device_lines", {}).items())[:4]:
+      print(f"    {line}: {profile['ms_per_step']:.2f} ms a step", flush=True)
+      for op in profile["ops"][:8]:
+        print(f"      {op['ms_per_step']:9.3f} ms {100 * op['share']:5.1f}%  {op['name'][:90]}",
+              flush=True)
     harness.write_json(name, records, out_dir, extra=dict(
         task=args.task, batch=args.batch, preset=args.preset or "paper", seq_len=seq_len,
         padding_share_padded=float(packing.padding_share(split.lengths, seq_len))))

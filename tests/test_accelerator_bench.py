@@ -201,3 +201,19 @@ def test_the_segments_bench_forces_a_segment_length_while_tracing_and_restores_t
   with pytest.raises(SystemExit, match="only for residuals=recomputed"):
     segments.parse_case("lion_s:stored:512:padded")
 
+
+
+def test_the_segments_bench_profile_sums_each_trace_line_in_self_time():
+  """`--profile-steps`: the compiled step runs under the profiler with its state threaded, and
+  each line's ops add up to the line's time (a wrapper event keeps only its own time)."""
+  import segments  # pylint: disable=import-outside-toplevel
+  step = jax.jit(lambda state, x: (state + 1, jnp.sin(x @ x).sum()))
+  case = harness.compile_case(harness.Case("tiny", step, (jnp.zeros(()), jnp.ones((128, 128))),
+                                           threads_state=True))
+  profile = segments.device_op_times(case, steps=2, top=1000)
+  assert float(case.args[0]) == 2.0  # each profiled step got the previous one's state
+  assert profile["profile_steps"] == 2 and profile["device_lines"]
+  for line in profile["device_lines"].values():
+    assert line["ms_per_step"] > 0
+    assert sum(op["ms_per_step"] for op in line["ops"]) == pytest.approx(line["ms_per_step"])
+    assert all(op["ms_per_step"] >= 0 for op in line["ops"])
