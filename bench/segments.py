@@ -77,8 +77,9 @@ def device_op_times(case, steps: int, top: int = 15) -> dict:
   The trace's lines (threads) in the device processes ("/device:GPU:0": its streams and its
   "XLA Ops" line, which show the same work as kernels and as HLO ops); on a CPU, where XLA's
   thunks run on the host, XLA:CPU's compute threads. Each line's ops are summed by name in
-  self time (a nested event's time is its parent's no longer), per step. Returns, per line, its
-  milliseconds a step and its `top` ops (name, ms a step, share of the line).
+  self time (`self_times`), per step. Returns, per line, its milliseconds a step, its busy
+  milliseconds and events a step, and its `top` ops (name, ms a step, share of the line, calls
+  a step).
   """
   with tempfile.TemporaryDirectory() as folder:
     with jax.profiler.trace(folder, create_perfetto_trace=True):
@@ -101,22 +102,50 @@ def device_op_times(case, steps: int, top: int = 15) -> dict:
       by_line[f"{processes.get(event['pid'], event['pid'])} {thread}"].append(event)
   lines = {}
   for line, line_events in by_line.items():
-    own = collections.Counter()
-    stack = []  # (end, name) of the enclosing events
-    for event in sorted(line_events, key=lambda e: (e["ts"], -e.get("dur", 0.0))):
-      start, duration = event["ts"], event.get("dur", 0.0)
-      while stack and stack[-1][0] <= start:
-        stack.pop()
-      if stack:
-        own[stack[-1][1]] -= duration
-      own[event["name"]] += duration
-      stack.append((start + duration, event["name"]))
+    own, calls, busy = self_times(line_events)
     total = sum(own.values()) / 1e3 / steps  # µs -> ms a step
-    lines[line] = dict(ms_per_step=total, ops=[
-        dict(name=name, ms_per_step=us / 1e3 / steps, share=us / 1e3 / steps / total)
+    lines[line] = dict(ms_per_step=total, busy_ms_per_step=busy / 1e3 / steps,
+                       events_per_step=sum(calls.values()) / steps, ops=[
+        dict(name=name, ms_per_step=us / 1e3 / steps, share=us / 1e3 / steps / total,
+             calls_per_step=calls[name] / steps)
         for name, us in own.most_common(top)] if total > 0 else [])
   return dict(profile_steps=steps, device_lines=dict(
       sorted(lines.items(), key=lambda item: -item[1]["ms_per_step"])))
+
+
+def self_times(events: list[dict]) -> tuple[collections.Counter, collections.Counter, float]:
+  """Self time and call count per event name on one trace line, and the line's busy time.
+
+  An event inside another (its end no later than the other's) takes its time from the outer
+  one's self time. Events that only overlap, as consecutive kernels on a GPU stream can by a
+  clock tick, are not nested: each keeps its own time. Busy time is the union of all events'
+  intervals, so a line's busy time against the step's wall time says how long the device
+  waited (for launches, the host, a loop's condition).
+
+  Args:
+    events: Chrome-trace "X" events with `name`, `ts` and `dur` in µs.
+
+  Returns:
+    (self µs by name, events by name, busy µs).
+  """
+  own, calls = collections.Counter(), collections.Counter()
+  stack = []  # (end, name) of the enclosing events
+  busy, covered_to = 0.0, float("-inf")
+  for event in sorted(events, key=lambda e: (e["ts"], -e.get("dur", 0.0))):
+    start, duration = event["ts"], event.get("dur", 0.0)
+    end = start + duration
+    while stack and stack[-1][0] <= start:
+      stack.pop()
+    if stack and end <= stack[-1][0]:
+      own[stack[-1][1]] -= duration
+    else:
+      stack.clear()  # overlapping, not nested: a new outermost event
+    own[event["name"]] += duration
+    calls[event["name"]] += 1
+    stack.append((end, event["name"]))
+    busy += max(0.0, end - max(start, covered_to))
+    covered_to = max(covered_to, end)
+  return own, calls, busy
 
 
 def parse_case(text: str) -> dict[str, str]:
@@ -191,9 +220,12 @@ def main(argv=None):
           f"{harness.fmt_bytes(record.get('temp_plus_output_bytes'))}"
           + (f" ({record['skipped']})" if "skipped" in record else ""), flush=True)
     for line, profile in list(record.get("device_lines", {}).items())[:4]:
-      print(f"    {line}: {profile['ms_per_step']:.2f} ms a step", flush=True)
+      print(f"    {line}: {profile['ms_per_step']:.2f} ms a step in "
+            f"{profile['events_per_step']:.0f} events, busy {profile['busy_ms_per_step']:.2f} ms",
+            flush=True)
       for op in profile["ops"][:8]:
-        print(f"      {op['ms_per_step']:9.3f} ms {100 * op['share']:5.1f}%  {op['name'][:90]}",
+        print(f"      {op['ms_per_step']:9.3f} ms {100 * op['share']:5.1f}% "
+            f"{op['calls_per_step']:6.0f}x  {op['name'][:90]}",
               flush=True)
     harness.write_json(name, records, out_dir, extra=dict(
         task=args.task, batch=args.batch, preset=args.preset or "paper", seq_len=seq_len,

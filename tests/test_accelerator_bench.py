@@ -202,7 +202,6 @@ def test_the_segments_bench_forces_a_segment_length_while_tracing_and_restores_t
     segments.parse_case("lion_s:stored:512:padded")
 
 
-
 def test_the_segments_bench_profile_sums_each_trace_line_in_self_time():
   """`--profile-steps`: the compiled step runs under the profiler with its state threaded, and
   each line's ops add up to the line's time (a wrapper event keeps only its own time)."""
@@ -217,3 +216,18 @@ def test_the_segments_bench_profile_sums_each_trace_line_in_self_time():
     assert line["ms_per_step"] > 0
     assert sum(op["ms_per_step"] for op in line["ops"]) == pytest.approx(line["ms_per_step"])
     assert all(op["ms_per_step"] >= 0 for op in line["ops"])
+    assert 0 < line["busy_ms_per_step"] and line["events_per_step"] >= 1
+
+
+def test_self_times_nest_only_contained_events_and_busy_time_is_the_union():
+  """A module holding two kernels keeps the rest as its own; consecutive kernels on a GPU
+  stream that overlap by a tick (no nesting) each keep their whole time, as on the H100."""
+  import segments  # pylint: disable=import-outside-toplevel
+  events = [dict(name="module", ts=0.0, dur=10.0), dict(name="a", ts=1.0, dur=3.0),
+            dict(name="b", ts=5.0, dur=2.0),
+            dict(name="k1", ts=20.0, dur=5.0), dict(name="k2", ts=24.5, dur=5.0),
+            dict(name="k1", ts=40.0, dur=1.0)]
+  own, calls, busy = segments.self_times(events)
+  assert own == {"module": 5.0, "a": 3.0, "b": 2.0, "k1": 6.0, "k2": 5.0}
+  assert calls == {"module": 1, "a": 1, "b": 1, "k1": 2, "k2": 1}
+  assert busy == pytest.approx(10.0 + 9.5 + 1.0)
