@@ -71,15 +71,15 @@ def segment_tokens(segment: str):
       setattr(recomputed, name, value)
 
 
-def device_op_times(case, steps: int, top: int = 15) -> dict:
+def device_op_times(case, steps: int, top: int | None = None) -> dict:
   """Where a compiled case's device time goes over `steps` calls, from a profiler trace.
 
   The trace's lines (threads) in the device processes ("/device:GPU:0": its streams and its
   "XLA Ops" line, which show the same work as kernels and as HLO ops); on a CPU, where XLA's
   thunks run on the host, XLA:CPU's compute threads. Each line's ops are summed by name in
   self time (`self_times`), per step. Returns, per line, its milliseconds a step, its busy
-  milliseconds and events a step, and its `top` ops (name, ms a step, share of the line, calls
-  a step).
+  milliseconds and events a step, its milliseconds by kind of op (`op_kind`), and its `top` ops (name, ms a step, share of the line, calls
+  a step; every op when `top` is None).
   """
   with tempfile.TemporaryDirectory() as folder:
     with jax.profiler.trace(folder, create_perfetto_trace=True):
@@ -104,13 +104,38 @@ def device_op_times(case, steps: int, top: int = 15) -> dict:
   for line, line_events in by_line.items():
     own, calls, busy = self_times(line_events)
     total = sum(own.values()) / 1e3 / steps  # µs -> ms a step
+    kinds = collections.Counter()
+    for name, us in own.items():
+      kinds[op_kind(name)] += us / 1e3 / steps
     lines[line] = dict(ms_per_step=total, busy_ms_per_step=busy / 1e3 / steps,
-                       events_per_step=sum(calls.values()) / steps, ops=[
+                       events_per_step=sum(calls.values()) / steps,
+                       ms_per_step_by_kind=dict(kinds.most_common()), ops=[
         dict(name=name, ms_per_step=us / 1e3 / steps, share=us / 1e3 / steps / total,
              calls_per_step=calls[name] / steps)
         for name, us in own.most_common(top)] if total > 0 else [])
   return dict(profile_steps=steps, device_lines=dict(
       sorted(lines.items(), key=lambda item: -item[1]["ms_per_step"])))
+
+
+# GPU kernel names (XLA's fusions are named by their root op) -> the kind of work they do.
+_OP_KINDS = (
+    ("matmul", ("gemm", "xmma", "dot", "cutlass")),
+    ("data movement", ("update_slice", "reverse", "concatenate", "transpose", "memcpy", "copy",
+                       "memset", "slice", "pad", "broadcast", "gather", "scatter")),
+    ("reduction", ("reduce",)),
+    ("elementwise", ("loop_", "fusion")),
+)
+
+
+def op_kind(name: str) -> str:
+  """The kind of a trace op, from its name: matmul, data movement, reduction, elementwise or
+  other (XLA names a fusion after its root, so `loop_multiply_fusion` is elementwise and
+  `loop_dynamic_update_slice_fusion` moves data)."""
+  lowered = name.lower()
+  for kind, keys in _OP_KINDS:
+    if any(key in lowered for key in keys):
+      return kind
+  return "other"
 
 
 def self_times(events: list[dict]) -> tuple[collections.Counter, collections.Counter, float]:
@@ -223,10 +248,11 @@ def main(argv=None):
       print(f"    {line}: {profile['ms_per_step']:.2f} ms a step in "
             f"{profile['events_per_step']:.0f} events, busy {profile['busy_ms_per_step']:.2f} ms",
             flush=True)
+      print("      " + ", ".join(f"{kind} {ms:.1f} ms"
+                                for kind, ms in profile["ms_per_step_by_kind"].items()), flush=True)
       for op in profile["ops"][:8]:
         print(f"      {op['ms_per_step']:9.3f} ms {100 * op['share']:5.1f}% "
-            f"{op['calls_per_step']:6.0f}x  {op['name'][:90]}",
-              flush=True)
+              f"{op['calls_per_step']:6.0f}x  {op['name'][:90]}", flush=True)
     harness.write_json(name, records, out_dir, extra=dict(
         task=args.task, batch=args.batch, preset=args.preset or "paper", seq_len=seq_len,
         padding_share_padded=float(packing.padding_share(split.lengths, seq_len))))

@@ -231,3 +231,9 @@ def test_self_times_nest_only_contained_events_and_busy_time_is_the_union():
   assert own == {"module": 5.0, "a": 3.0, "b": 2.0, "k1": 6.0, "k2": 5.0}
   assert calls == {"module": 1, "a": 1, "b": 1, "k1": 2, "k2": 1}
   assert busy == pytest.approx(10.0 + 9.5 + 1.0)
+  kinds = {name: segments.op_kind(name) for name in (
+      "void cutlass::Kernel2<cutlass_80_tensorop_s1688gemm_128x64>", "gemm_fusion_dot_604",
+      "loop_dynamic_update_slice_fusion_48", "loop_reverse_slice_fusion_15", "memcpy128",
+      "input_multiply_reduce_fusion_39", "loop_multiply_fusion_54", "triton_softmax_31")}
+  assert list(kinds.values()) == ["matmul", "matmul", "data movement", "data movement",
+                                  "data movement", "reduction", "elementwise", "other"]
