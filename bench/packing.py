@@ -71,8 +71,8 @@ def sample_lengths(task: str, config, seq_len: int, seed: int = 0,
   if task == "text":
     rng = np.random.default_rng(seed)
     return np.clip(rng.lognormal(np.log(979), 0.74, SAMPLES).astype(int), 10, seq_len)
-  raise SystemExit(f"--tasks {task}: no length distribution to state here; give the lengths "
-                   "of the real files with --data-dir (module docstring)")
+  raise SystemExit(f"task {task!r}: no length distribution is stated for it here; give the "
+                   "folder of its real files with --data-dir (bench/packing.py's docstring)")
 
 
 def split_of(lengths: np.ndarray, info, seq_len: int, seed: int = 0) -> Split:

@@ -189,6 +189,9 @@ def main(argv=None):
   p = argparse.ArgumentParser(description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--task", default="listops")
+  p.add_argument("--data-dir", default=None,
+                 help="take the example lengths from the task's real files in DIR (needed for "
+                      "retrieval and the image tasks; bench/packing.py's docstring)")
   p.add_argument("--batch", type=int, default=50)
   p.add_argument("--preset", default="")
   p.add_argument("--cases", default=DEFAULT_CASES,
@@ -206,8 +209,8 @@ def main(argv=None):
   start = time.monotonic()
   base, info, seq_len = train_step.task_config(
       args.task, "lion_s" + (f",{args.preset}" if args.preset else ""))
-  split = packing_bench.split_of(packing_bench.sample_lengths(args.task, base, seq_len),
-                                 info, seq_len)
+  split = packing_bench.split_of(
+      packing_bench.sample_lengths(args.task, base, seq_len, data_dir=args.data_dir), info, seq_len)
   print(f"{harness.device_label()}: {args.task}, batch {args.batch}, L = {seq_len}", flush=True)
   records = []
   for spec in cases:

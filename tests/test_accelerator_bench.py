@@ -200,6 +200,8 @@ def test_the_segments_bench_forces_a_segment_length_while_tracing_and_restores_t
                                                    layout="packed")
   with pytest.raises(SystemExit, match="only for residuals=recomputed"):
     segments.parse_case("lion_s:stored:512:padded")
+  with pytest.raises(SystemExit, match="'retrieval'.*--data-dir"):  # the bench's own flag
+    segments.main(["--task", "retrieval", "--quick"])
 
 
 def test_the_segments_bench_profile_sums_each_trace_line_in_self_time():
