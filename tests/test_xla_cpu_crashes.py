@@ -34,8 +34,7 @@ def _environment(xla_setting: str, fast_compile: bool = False) -> dict[str, str]
                if not flag.startswith(xla_flags.YNN_FUSION_FLAG)]
   env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT),
              XLA_FLAGS=" ".join(inherited + [xla_setting]).strip())
-  if fast_compile:
-    env["JAX_DISABLE_MOST_OPTIMIZATIONS"] = "true"
+  env["JAX_DISABLE_MOST_OPTIMIZATIONS"] = "true" if fast_compile else "false"
   return env
 
 
