@@ -78,8 +78,8 @@ def device_op_times(case, steps: int, top: int | None = None) -> dict:
   "XLA Ops" line, which show the same work as kernels and as HLO ops); on a CPU, where XLA's
   thunks run on the host, XLA:CPU's compute threads. Each line's ops are summed by name in
   self time (`self_times`), per step. Returns, per line, its milliseconds a step, its busy
-  milliseconds and events a step, its milliseconds by kind of op (`op_kind`), and its `top` ops (name, ms a step, share of the line, calls
-  a step; every op when `top` is None).
+  milliseconds and events a step, its milliseconds by kind of op (`op_kind`), and its `top`
+  ops (name, ms a step, share of the line, calls a step; every op when `top` is None).
   """
   with tempfile.TemporaryDirectory() as folder:
     with jax.profiler.trace(folder, create_perfetto_trace=True):
@@ -141,9 +141,9 @@ def op_kind(name: str) -> str:
 def self_times(events: list[dict]) -> tuple[collections.Counter, collections.Counter, float]:
   """Self time and call count per event name on one trace line, and the line's busy time.
 
-  An event inside another (its end no later than the other's) takes its time from the outer
-  one's self time. Events that only overlap, as consecutive kernels on a GPU stream can by a
-  clock tick, are not nested: each keeps its own time. Busy time is the union of all events'
+  An event inside another (its end no later than the other's) takes its time from the
+  innermost one holding it. Events that only overlap, as consecutive kernels on a GPU stream can
+  by a clock tick, are not nested: each keeps its own time. Busy time is the union of all events'
   intervals, so a line's busy time against the step's wall time says how long the device
   waited (for launches, the host, a loop's condition).
 
@@ -159,12 +159,10 @@ def self_times(events: list[dict]) -> tuple[collections.Counter, collections.Cou
   for event in sorted(events, key=lambda e: (e["ts"], -e.get("dur", 0.0))):
     start, duration = event["ts"], event.get("dur", 0.0)
     end = start + duration
-    while stack and stack[-1][0] <= start:
-      stack.pop()
-    if stack and end <= stack[-1][0]:
+    while stack and (stack[-1][0] <= start or stack[-1][0] < end):
+      stack.pop()  # ended before this event, or overlaps it without holding it: not its parent
+    if stack:
       own[stack[-1][1]] -= duration
-    else:
-      stack.clear()  # overlapping, not nested: a new outermost event
     own[event["name"]] += duration
     calls[event["name"]] += 1
     stack.append((end, event["name"]))
@@ -191,7 +189,7 @@ def main(argv=None):
   p.add_argument("--task", default="listops")
   p.add_argument("--data-dir", default=None,
                  help="take the example lengths from the task's real files in DIR (needed for "
-                      "retrieval and the image tasks; bench/packing.py's docstring)")
+                      "every token task but listops and text; bench/packing.py's docstring)")
   p.add_argument("--batch", type=int, default=50)
   p.add_argument("--preset", default="")
   p.add_argument("--cases", default=DEFAULT_CASES,

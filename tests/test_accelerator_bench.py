@@ -180,7 +180,7 @@ def test_compiled_cases_carry_xla_flop_and_byte_counts():
 
 
 def test_the_segments_bench_forces_a_segment_length_while_tracing_and_restores_the_rule(
-    monkeypatch):
+    monkeypatch, tmp_path):
   """`bench/segments.py` compares segment lengths on one device: each forced length must reach
   the kernel's rule on every backend (the CPU's and the accelerators' targets differ), and
   the rule must come back after each case."""
@@ -202,6 +202,8 @@ def test_the_segments_bench_forces_a_segment_length_while_tracing_and_restores_t
     segments.parse_case("lion_s:stored:512:padded")
   with pytest.raises(SystemExit, match="'retrieval'.*--data-dir"):  # the bench's own flag
     segments.main(["--task", "retrieval", "--quick"])
+  with pytest.raises(FileNotFoundError, match=str(tmp_path)):  # --data-dir reaches the loader
+    segments.main(["--task", "retrieval", "--quick", "--data-dir", str(tmp_path)])
 
 
 def test_the_segments_bench_profile_sums_each_trace_line_in_self_time():
@@ -226,7 +228,7 @@ def test_self_times_nest_only_contained_events_and_busy_time_is_the_union():
   stream that overlap by a tick (no nesting) each keep their whole time, as on the H100."""
   import segments  # pylint: disable=import-outside-toplevel
   events = [dict(name="module", ts=0.0, dur=10.0), dict(name="a", ts=1.0, dur=3.0),
-            dict(name="b", ts=5.0, dur=2.0),
+            dict(name="b", ts=3.5, dur=2.0),  # overlaps a, both inside the module
             dict(name="k1", ts=20.0, dur=5.0), dict(name="k2", ts=24.5, dur=5.0),
             dict(name="k1", ts=40.0, dur=1.0)]
   own, calls, busy = segments.self_times(events)

@@ -61,6 +61,16 @@ def test_known_crash_case_runs_and_matches_float64(case, setting):
     assert report["directional"] < 1e-4
 
 
+def test_subprocesses_of_the_tests_compile_fast_unless_a_crash_case_chooses_otherwise():
+  """Training runs that tests start inherit conftest's fast compiles; the crash cases here set
+  theirs explicitly, since the kernel crashed with XLA's optimisations on as well as off."""
+  show = [sys.executable, "-c",
+          "import jax; print(jax.config.read('jax_disable_most_optimizations'))"]
+  assert _run(show, dict(os.environ, JAX_PLATFORMS="cpu")).stdout.strip() == "True"
+  assert _run(show, _environment("")).stdout.strip() == "False"
+  assert _run(show, _environment("", fast_compile=True)).stdout.strip() == "True"
+
+
 def test_lion_jax_import_switches_ynn_fusions_off_on_jaxlib_0_10_unless_the_user_chose():
   """jaxlib 0.10.x gets the flag; later jaxlibs run with XLA's own defaults (no flag added)."""
   env = _environment("")
