@@ -152,12 +152,33 @@ def dies_with_this_process(command: tuple[str, ...] | list[str]) -> list[str]:
   return [sys.executable, "-c", _DIE_WITH_PARENT, str(os.getpid()), *command]
 
 
-def execute(run: Run, stop: threading.Event | None = None) -> str:
+# What a user sets to size JAX's GPU memory pool; any of them leaves the choice to them.
+GPU_MEMORY_VARIABLES = ("XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_MEM_FRACTION",
+                        "XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_ALLOCATOR")
+
+
+def run_environment(parallel: int, environ: dict[str, str] | None = None) -> dict[str, str]:
+  """The environment of each run: this process's, plus no preallocation when runs share a GPU.
+
+  JAX reserves 75% of a GPU's memory in the first process that uses it, so a second run started
+  beside it on the same card fails for memory (JAX's "GPU memory allocation" notes). Runs of
+  `--parallel N > 1` therefore allocate what they use, unless one of `GPU_MEMORY_VARIABLES` is
+  set. No effect on a CPU.
+  """
+  environ = dict(os.environ if environ is None else environ)
+  if parallel > 1 and not any(name in environ for name in GPU_MEMORY_VARIABLES):
+    environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
+  return environ
+
+
+def execute(run: Run, stop: threading.Event | None = None,
+            environ: dict[str, str] | None = None) -> str:
   """Trains (or resumes) one run in a subprocess; returns its status afterwards.
 
   A run that another live sweep has claimed since this sweep made its plan is left alone
   ("running"), and one it has finished meanwhile is not trained again. A run that ends with an
   outcome has its records copied (`lra.sweep_records.save`) before its lock is released.
+  `environ` is the subprocess's environment (default: this process's).
   """
   if not claim(run):
     return status(run)
@@ -170,7 +191,7 @@ def execute(run: Run, stop: threading.Event | None = None) -> str:
       log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} {shlex.join(run.command)}\n")
       log.flush()
       proc = subprocess.run(dies_with_this_process(run.command), stdout=log,
-                            stderr=subprocess.STDOUT, check=False)
+                            stderr=subprocess.STDOUT, check=False, env=environ)
     # > 0: the trainer raised (run.py wrote its failure record) or exited early. A crash signal
     # (an XLA abort, a segfault) stops a process before Python can record anything: the sweep
     # records it. Any other signal stopped the run from outside (the sweep was stopped, or
@@ -251,7 +272,8 @@ def run_all(runs: list[Run], parallel: int = 1, retry_failed: bool = False) -> d
   counts: dict[str, int] = {}
   with futures.ThreadPoolExecutor(max_workers=max(parallel, 1)) as pool:
     tic = time.time()
-    jobs = {pool.submit(_timed, run, stop): run for run in todo}
+    environ = run_environment(parallel)
+    jobs = {pool.submit(_timed, run, stop, environ): run for run in todo}
     try:
       for i, job in enumerate(futures.as_completed(jobs), 1):
         run, (state, seconds) = jobs[job], job.result()
@@ -265,11 +287,11 @@ def run_all(runs: list[Run], parallel: int = 1, retry_failed: bool = False) -> d
   return counts
 
 
-def _timed(run: Run, stop: threading.Event) -> tuple[str, float]:
+def _timed(run: Run, stop: threading.Event, environ: dict[str, str]) -> tuple[str, float]:
   if stop.is_set():
     return status(run), 0.0
   tic = time.time()
-  return execute(run, stop), time.time() - tic
+  return execute(run, stop, environ), time.time() - tic
 
 
 def _brief(run: Run) -> str:
@@ -305,7 +327,8 @@ def build_parser() -> argparse.ArgumentParser:
                            "(ListOps, Pathfinder; configs/ablations.py)")
   parser.add_argument("--set", dest="sets", action="append", default=[], metavar="FIELD=VALUE",
                       help="config override for every run, e.g. --set num_train_steps=100")
-  parser.add_argument("--parallel", type=int, default=1, help="runs at a time")
+  parser.add_argument("--parallel", type=int, default=1,
+                      help="runs at a time (on one GPU they share it, each without preallocation)")
   parser.add_argument("--list", "--dry-run", dest="list", action="store_true",
                       help="print the commands of unfinished runs and exit")
   parser.add_argument("--prepare-only", action="store_true", help="generate missing data and exit")

@@ -124,6 +124,32 @@ def test_failed_run_is_recorded_skipped_and_retried(tmp_path, capsys):
   assert sweep.main(argv + ["--retry-failed"]) == 1 and "1 to run" in capsys.readouterr().out
 
 
+def test_runs_sharing_a_gpu_do_not_preallocate_unless_the_user_sized_the_pool():
+  assert "XLA_PYTHON_CLIENT_PREALLOCATE" not in sweep.run_environment(1, {"PATH": "/bin"})
+  assert sweep.run_environment(2, {"PATH": "/bin"}) == {
+      "PATH": "/bin", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+  for name, value in [("XLA_PYTHON_CLIENT_PREALLOCATE", "true"),
+                      ("XLA_PYTHON_CLIENT_MEM_FRACTION", ".3"), ("XLA_CLIENT_MEM_FRACTION", ".3"),
+                      ("XLA_PYTHON_CLIENT_ALLOCATOR", "platform")]:
+    assert sweep.run_environment(4, {name: value}) == {name: value}
+
+
+@pytest.mark.parametrize("parallel, seen", [(1, "unset"), (2, "false")])
+def test_each_run_gets_the_sweeps_environment(tmp_path, monkeypatch, parallel, seen):
+  for name in sweep.GPU_MEMORY_VARIABLES:
+    monkeypatch.delenv(name, raising=False)
+  monkeypatch.setattr(sweep, "prepare_data", lambda runs: None)  # these runs read no data
+  report = ("import os, pathlib, sys; pathlib.Path(sys.argv[1]).write_text("
+            "os.environ.get('XLA_PYTHON_CLIENT_PREALLOCATE', 'unset')); sys.exit(3)")
+  runs = [run_records.Run("listops", "lion_s", seed, tmp_path / f"run{seed}",
+                          (sys.executable, "-c", report, str(tmp_path / f"env{seed}")))
+          for seed in (0, 1)]
+  for run in runs:
+    run.workdir.mkdir()
+  assert sweep.run_all(runs, parallel=parallel) == {"failed": 2}
+  assert [(tmp_path / f"env{seed}").read_text() for seed in (0, 1)] == [seen, seen]
+
+
 def test_a_run_that_exits_without_a_record_gets_one_from_the_sweep(tmp_path):
   exits = run_records.Run("listops", "lion_s", 0, tmp_path / "run",
                           (sys.executable, "-c", "import sys; sys.exit(3)"))
