@@ -161,7 +161,8 @@ def run_environment(parallel: int, environ: dict[str, str] | None = None) -> dic
   """The environment of each run: this process's, plus no preallocation when runs share a GPU.
 
   JAX reserves 75% of a GPU's memory in the first process that uses it, so a second run started
-  beside it on the same card fails for memory (JAX's "GPU memory allocation" notes). Runs of
+  beside it on the same card can run out of memory (JAX's "GPU memory allocation" page lists
+  concurrent processes as the common cause). Runs of
   `--parallel N > 1` therefore allocate what they use, unless one of `GPU_MEMORY_VARIABLES` is
   set. No effect on a CPU.
   """
@@ -350,6 +351,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
   parser = build_parser()
   args = parser.parse_args(argv)
+  if args.parallel < 1:
+    parser.error(f"--parallel {args.parallel}: the number of runs at a time must be at least 1")
   if shutil.which(args.python) is None:
     parser.error(f"--python {args.python}: no such executable; pass the path of the Python "
                  f"that has lion-jax installed (default: this one, {sys.executable})")

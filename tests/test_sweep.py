@@ -124,6 +124,14 @@ def test_failed_run_is_recorded_skipped_and_retried(tmp_path, capsys):
   assert sweep.main(argv + ["--retry-failed"]) == 1 and "1 to run" in capsys.readouterr().out
 
 
+def test_parallel_below_one_is_refused_naming_the_flag(tmp_path, capsys):
+  with pytest.raises(SystemExit):
+    sweep.main(["--tasks", "listops", "--variants", "lion_s", "--workdir", str(tmp_path),
+                "--parallel", "0"])
+  assert "--parallel 0: the number of runs at a time must be at least 1" in capsys.readouterr().err
+  assert not (tmp_path / "listops").exists()
+
+
 def test_runs_sharing_a_gpu_do_not_preallocate_unless_the_user_sized_the_pool():
   assert "XLA_PYTHON_CLIENT_PREALLOCATE" not in sweep.run_environment(1, {"PATH": "/bin"})
   assert sweep.run_environment(2, {"PATH": "/bin"}) == {
