@@ -22,6 +22,7 @@ from __future__ import annotations
 import inspect
 
 import jax
+import jax.numpy as jnp
 from flax import nnx
 
 from lion_jax.config import ModelConfig
@@ -176,6 +177,50 @@ class TransformerBlock(nnx.Module):
     return x + self.dropout(self.mlp_out(self.dropout(h)))
 
 
+@jax.custom_vjp
+def gradient_barrier(x):
+  """The identity, whose gradient XLA:CPU must build whole before the layers below use it.
+
+  The encoder calls it between blocks. In the backward pass of a stack of blocks the gradient of
+  the residual stream is a sum of elementwise terms, one per later block. Left alone, XLA:CPU
+  fuses that whole sum into each consumer of it instead of keeping it as an array, so every
+  layer recomputes the terms of all the layers after it (its fusions grow by ~45 operations a
+  layer) and writes them in the transposed order a weight gradient's matmul wants. On the
+  8-block ListOps S5 such fusions took more than half of the training step's CPU time, and
+  the barrier makes the step 3x faster (docs/benchmarks.md §13). Other backends fuse differently,
+  so there the gradient passes unchanged.
+
+  Args:
+    x: any array, e.g. the [B, L, M] residual stream.
+
+  Returns:
+    x, unchanged; its gradient is unchanged too, exactly.
+  """
+  return x
+
+
+def _gradient_barrier_forward(x):
+  return x, None
+
+
+def _gradient_barrier_backward(_, grad):
+  if jax.default_backend() != "cpu":
+    return (grad,)
+  # One trip of a loop: XLA fuses nothing across a loop's boundary, so `grad` enters it as an
+  # array. The trip count and the factor are a value XLA cannot know at compile time (1, or 0
+  # when the first entry is NaN, which skips the loop), so neither XLA nor JAX removes the loop
+  # as one that does nothing; multiplying by 1 is exact.
+  first = grad.reshape(-1)[0]
+  one = (first == first).astype(grad.dtype)  # []
+  _, grad = jax.lax.while_loop(lambda carry: carry[0] < one,
+                               lambda carry: (carry[0] + 1, carry[1] * one),
+                               (jnp.zeros((), grad.dtype), grad))
+  return (grad,)
+
+
+gradient_barrier.defvjp(_gradient_barrier_forward, _gradient_barrier_backward)
+
+
 BLOCKS = {"s5": S5Block, "transformer": TransformerBlock}
 
 
@@ -189,5 +234,5 @@ def zero_padding(x, mask):
   return x if mask is None else x * mask[..., None].astype(x.dtype)
 
 
-__all__ = ["MIXERS", "S5Block", "TransformerBlock", "apply_mixer", "apply_norm", "make_block",
-           "make_mixer", "make_norm", "takes_segments", "zero_padding"]
+__all__ = ["MIXERS", "S5Block", "TransformerBlock", "apply_mixer", "apply_norm", "gradient_barrier",
+           "make_block", "make_mixer", "make_norm", "takes_segments", "zero_padding"]

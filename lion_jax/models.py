@@ -44,7 +44,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from lion_jax import segments
-from lion_jax.blocks import make_block, zero_padding
+from lion_jax.blocks import gradient_barrier, make_block, zero_padding
 from lion_jax.config import ModelConfig
 
 
@@ -138,7 +138,9 @@ class LionEncoder(nnx.Module):
     if self.remat:  # recompute each block's activations in the backward pass
       run = nnx.remat(run)
     x = zero_padding(self.inputs(inputs, positions), mask)  # [B, L, M]
-    for block in self.blocks:
+    for depth, block in enumerate(self.blocks):
+      if depth:  # XLA:CPU would otherwise rebuild x's gradient inside every block below
+        x = gradient_barrier(x)
       x = zero_padding(run(block, x, mask, segment_ids), mask)
     return x
 

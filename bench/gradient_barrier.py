@@ -1,0 +1,91 @@
+"""The training step with and without the blocks' gradient barrier, side by side in one process.
+
+  .venv/bin/python bench/gradient_barrier.py                         # ListOps preset, batch 8
+  .venv/bin/python bench/gradient_barrier.py --variants s5 --batch 50
+  .venv/bin/python bench/gradient_barrier.py --quick                 # runlocal, seconds
+
+`lion_jax.blocks.gradient_barrier`, which the encoder calls between blocks, makes XLA:CPU build
+the residual stream's gradient as one array per block instead of fusing it, recomputed, into every later consumer (its docstring).
+For each variant and layout (the same B generated ListOps examples, padded and packed as
+`bench/packing.py` builds them) the real training step (`lra.steps.jit_train_step`) is compiled
+twice: as the code stands, and with the barrier replaced by the plain identity while it is
+traced. All cases are timed interleaved. Reports step time, examples/s, the ratio and XLA's
+temp + output bytes. On a GPU or TPU the barrier is the identity already, so both columns run
+the same program.
+
+Writes gradient_barrier.json to bench/results/ (git-ignored; `--publish`: docs/bench/).
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+import harness  # noqa: E402
+import packing as packing_bench  # noqa: E402
+import train_step  # noqa: E402
+from lion_jax import blocks, models  # noqa: E402
+
+BARRIERS = {"without": lambda x: x, "barrier": blocks.gradient_barrier}
+
+
+def main(argv=None):
+  p = argparse.ArgumentParser(description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+  p.add_argument("--task", default="listops")
+  p.add_argument("--variants", default="s5,lion_s,transformer")
+  p.add_argument("--batch", type=int, default=8)
+  p.add_argument("--preset", default="")
+  p.add_argument("--layouts", default="padded,packed", help="comma list of padded, packed")
+  harness.add_common_args(p, repeats=5, case_budget_s=60.0, mem_budget_gb=20.0)
+  args = p.parse_args(argv)
+  if args.quick:
+    args.preset, args.repeats = "runlocal", 3
+  out_dir, name = harness.output_path(args, "gradient_barrier")
+  base, info, seq_len = train_step.task_config(
+      args.task, "lion_s" + (f",{args.preset}" if args.preset else ""))
+  split = packing_bench.split_of(packing_bench.sample_lengths(args.task, base, seq_len), info,
+                                 seq_len)
+  layouts = [layout for layout in args.layouts.split(",") if layout]
+  print(f"{harness.device_label()}: {args.task}, batch {args.batch}, L = {seq_len}", flush=True)
+  cases = []
+  for variant in [v for v in args.variants.split(",") if v]:
+    for barrier, function in BARRIERS.items():
+      made = dict(zip(("padded", "packed"),
+                      packing_bench.cases_for(args.task, variant, args.batch, args.preset, split)))
+      for layout in layouts:
+        case = made[layout]
+        case.name = f"{variant} {layout} {barrier}"
+        case.info.update(barrier=barrier)
+        models.gradient_barrier = function  # read by the encoder while the step is traced
+        try:
+          cases += harness.compile_within_budget([case], args.mem_budget_gb)
+        finally:
+          models.gradient_barrier = BARRIERS["barrier"]
+  harness.time_cases(cases, repeats=args.repeats, budget_s=args.case_budget_s)
+  records = [harness.record(case) for case in cases]
+  rows = []
+  for record in records:
+    if record.get("barrier") != "barrier" or "median_s" not in record:
+      continue
+    without = harness.find(records, variant=record["variant"], layout=record["layout"],
+                           barrier="without")
+    ratio = (without["median_s"] / record["median_s"]) if without and "median_s" in without else None
+    rows.append([record["variant"], record["layout"],
+                 harness.fmt_ms(without.get("median_s") if without else None),
+                 harness.fmt_ms(record["median_s"]), f"{ratio:.2f}x" if ratio else "-",
+                 f"{args.batch / record['median_s']:.2f}",
+                 harness.fmt_bytes(without.get("temp_plus_output_bytes") if without else None),
+                 harness.fmt_bytes(record.get("temp_plus_output_bytes"))])
+  print("\n" + harness.markdown_table(
+      ["variant", "layout", "without", "barrier", "speed-up", "examples/s (barrier)",
+       "memory without", "memory barrier"], rows))
+  harness.write_json(name, records, out_dir)
+
+
+if __name__ == "__main__":
+  main()
