@@ -18,3 +18,13 @@ os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "true")
 def data_dir(tmp_path_factory):
   """A data root shared by one test module's training runs (ListOps is generated into it once)."""
   return tmp_path_factory.mktemp("listops_data")
+
+
+# Files whose tests start training processes of 10-40 s each run first: at the end of the run
+# one of `make test`'s two workers would otherwise wait alone on one of them.
+LONG_FILES_FIRST = ("test_multihost.py", "test_sweep.py", "test_xla_cpu_crashes.py",
+                    "test_train_sharding.py", "test_checkpoint_kill.py")
+
+
+def pytest_collection_modifyitems(config, items):
+  items.sort(key=lambda item: item.path.name not in LONG_FILES_FIRST)  # stable: files stay whole

@@ -138,7 +138,8 @@ def test_bfloat16_inputs_stay_within_documented_tolerance():
 
 
 @pytest.mark.parametrize("decay_kind", [pytest.param("fixed_head", marks=pytest.mark.slow),
-                                        "selective", "selective_vector"])
+                                        pytest.param("selective", marks=pytest.mark.slow),
+                                        "selective_vector"])
 def test_gradients_agree_between_forms_and_with_finite_differences(decay_kind):
   q, k, v, log_decay, key_mask = make_inputs(20, decay_kind, seed=3)  # two chunks, the second partial
   weights = np.random.default_rng(4).normal(size=v.shape)

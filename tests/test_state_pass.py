@@ -55,10 +55,10 @@ def loss_and_grads(state_pass, convention):
 DECAY_CASES = {"scalar": ("selective", None), "vector": ("selective_vector", None),
                "vector_to_zero": ("selective_vector", (-40.0, -20.0)),
                "vector_to_one": ("selective_vector", (-1e-9, 0.0))}
-# make test: scalar decays in one convention, vector decays in the other, extremes in both.
+# make test: scalar decays in one convention, vector decays in the other, extremes in the one
+# whose first gate differs (both conventions: `make test-all`).
 STATE_PASS_FAST = {("scalar", "code"), ("vector", "symmetric"), ("vector_to_zero", "code"),
-                   ("vector_to_zero", "symmetric"), ("vector_to_one", "code"),
-                   ("vector_to_one", "symmetric")}
+                   ("vector_to_one", "code")}
 
 
 @pytest.mark.parametrize("length, convention, decay_kind, log_range", [
