@@ -3,15 +3,19 @@
   .venv/bin/python bench/gradient_barrier.py                         # ListOps preset, batch 8
   .venv/bin/python bench/gradient_barrier.py --variants s5 --batch 50
   .venv/bin/python bench/gradient_barrier.py --quick                 # runlocal, seconds
+  .venv/bin/python bench/gradient_barrier.py --task text --variants s5 --batch 2 --layouts padded
 
 `lion_jax.blocks.gradient_barrier`, which the encoder calls between blocks, makes XLA:CPU build
-the residual stream's gradient as one array per block instead of fusing it, recomputed, into every later consumer (its docstring).
+the residual stream's gradient as one array per block instead of fusing it, recomputed, into
+every later consumer (its docstring).
 For each variant and layout (the same B generated ListOps examples, padded and packed as
 `bench/packing.py` builds them) the real training step (`lra.steps.jit_train_step`) is compiled
 twice: as the code stands, and with the barrier replaced by the plain identity while it is
 traced. All cases are timed interleaved. Reports step time, examples/s, the ratio and XLA's
 temp + output bytes. On a GPU or TPU the barrier is the identity already, so both columns run
-the same program.
+the same program. Token tasks only (ListOps, Text; Retrieval with `--data-dir`, as
+`bench/packing.py` states): image tasks are never padded, and this bench builds its batches
+from example lengths.
 
 Writes gradient_barrier.json to bench/results/ (git-ignored; `--publish`: docs/bench/).
 """
@@ -29,6 +33,7 @@ import harness  # noqa: E402
 import packing as packing_bench  # noqa: E402
 import train_step  # noqa: E402
 from lion_jax import blocks, models  # noqa: E402
+from lra.tasks import TASKS  # noqa: E402
 
 BARRIERS = {"without": lambda x: x, "barrier": blocks.gradient_barrier}
 
@@ -36,21 +41,31 @@ BARRIERS = {"without": lambda x: x, "barrier": blocks.gradient_barrier}
 def main(argv=None):
   p = argparse.ArgumentParser(description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
-  p.add_argument("--task", default="listops")
+  p.add_argument("--task", default="listops", help="a token task: listops, text, retrieval")
+  p.add_argument("--data-dir", default=None,
+                 help="take the example lengths from the task's real files in DIR (needed for "
+                      "retrieval; bench/packing.py's docstring)")
   p.add_argument("--variants", default="s5,lion_s,transformer")
   p.add_argument("--batch", type=int, default=8)
   p.add_argument("--preset", default="")
   p.add_argument("--layouts", default="padded,packed", help="comma list of padded, packed")
   harness.add_common_args(p, repeats=5, case_budget_s=60.0, mem_budget_gb=20.0)
   args = p.parse_args(argv)
+  layouts = [layout for layout in args.layouts.split(",") if layout]
+  if not layouts or set(layouts) - {"padded", "packed"}:
+    p.error(f"--layouts {args.layouts}: give a comma list of padded, packed")
+  if args.task not in TASKS or TASKS[args.task].info.input_kind != "tokens":
+    p.error(f"--task {args.task}: not a token task; this bench builds padded and packed batches "
+            f"from example lengths, so it takes one of "
+            f"{', '.join(t for t in TASKS if TASKS[t].info.input_kind == 'tokens')}")
   if args.quick:
     args.preset, args.repeats = "runlocal", 3
   out_dir, name = harness.output_path(args, "gradient_barrier")
   base, info, seq_len = train_step.task_config(
       args.task, "lion_s" + (f",{args.preset}" if args.preset else ""))
-  split = packing_bench.split_of(packing_bench.sample_lengths(args.task, base, seq_len), info,
-                                 seq_len)
-  layouts = [layout for layout in args.layouts.split(",") if layout]
+  split = packing_bench.split_of(
+      packing_bench.sample_lengths(args.task, base, seq_len, data_dir=args.data_dir), info,
+      seq_len)
   print(f"{harness.device_label()}: {args.task}, batch {args.batch}, L = {seq_len}", flush=True)
   cases = []
   for variant in [v for v in args.variants.split(",") if v]:

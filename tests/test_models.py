@@ -264,14 +264,21 @@ def test_without_positions_a_mask_of_distance_alone_cannot_tell_a_sequence_from_
                                - run(with_positions, x[:, ::-1])))) > 1e-3 * scale
 
 
-def test_the_gradient_barrier_passes_values_and_gradients_exactly():
-  """The identity both ways, also when the first entry is NaN (which skips its loop)."""
-  x = jax.random.normal(jax.random.key(0), (3, 5, 4))
-  weights = jax.random.normal(jax.random.key(1), x.shape)
-  for cotangent in (weights, weights.at[0, 0, 0].set(jnp.nan)):
-    value, pull = jax.vjp(jax.jit(blocks.gradient_barrier), x)
-    np.testing.assert_array_equal(value, x)
-    np.testing.assert_array_equal(pull(cotangent)[0], cotangent)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float64"])
+def test_the_gradient_barrier_passes_values_and_gradients_exactly(dtype):
+  """The identity both ways in each compute dtype (its loop counts in the gradient's dtype),
+  also when the first entry is NaN (which skips its loop)."""
+  with jax.enable_x64(dtype == "float64"):
+    x = jax.random.normal(jax.random.key(0), (3, 5, 4), dtype)
+    weights = jax.random.normal(jax.random.key(1), x.shape, dtype)
+    for cotangent in (weights, weights.at[0, 0, 0].set(jnp.nan)):
+      value, pull = jax.vjp(jax.jit(blocks.gradient_barrier), x)
+      (gradient,) = pull(cotangent)
+      assert value.dtype == gradient.dtype == jnp.dtype(dtype)
+      exact = lambda a, b: np.testing.assert_array_equal(np.asarray(a, np.float64),
+                                                         np.asarray(b, np.float64))  # NaN == NaN
+      exact(value, x)
+      exact(gradient, cotangent)
 
 
 @pytest.mark.parametrize("baseline", [
