@@ -84,12 +84,14 @@ def split_of(lengths: np.ndarray, info, seq_len: int, seed: int = 0) -> Split:
                                                               len(lengths)).astype(np.int32))
 
 
-def cases_for(task, variant, batch_size, preset, split, residuals=""):
-  """(padded case, packed case) for one task × variant × batch size."""
+def cases_for(task, variant, batch_size, preset, split, residuals="", chunk=None):
+  """(padded case, packed case) for one task × variant × batch size (`chunk`: LION's chunk
+  length instead of the preset's)."""
   config, info, seq_len = train_step.task_config(task, variant + (f",{preset}" if preset else ""))
   config.batch_size = batch_size
   if config.model.mixer == "lion":  # as `config.packing` runs: the padded run's residuals
     config.model.residuals = residuals or resolve_residuals(config.model.residuals, seq_len)
+    config.model.chunk_size = chunk or config.model.chunk_size
   model_config = check_config(config)
   rows, row_length = packing.choose_rows(
       split.lengths, batch_size=batch_size, length=seq_len, seed=0,
@@ -111,6 +113,7 @@ def cases_for(task, variant, batch_size, preset, split, residuals=""):
                      residuals=config.model.residuals if model_config.mixer == "lion" else None,
                      seq_len=seq_len, rows=rows, row_length=row_length,
                      mixer=model_config.mixer, d_model=model_config.d_model,
+                     chunk_size=model_config.chunk_size if model_config.mixer == "lion" else None,
                      layers=model_config.num_layers,
                      padding_share_padded=packing.padding_share(lengths, seq_len, None,
                                                                 batch_size),

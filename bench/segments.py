@@ -3,6 +3,7 @@ lengths, beside S5, on the same examples padded and packed, in one process.
 
   python3 bench/segments.py                                   # ListOps preset, batch 50
   python3 bench/segments.py --cases lion_s:recomputed:128:padded,lion_s:recomputed:max:padded
+  python3 bench/segments.py --cases lion_s@64:stored:packed,lion_s:stored:packed   # C = 64, 32
   .venv/bin/python bench/segments.py --quick                  # runlocal sizes, seconds
 
 The recomputing kernel (`lion_jax/recomputed.py`) runs a row's segments of S tokens one after
@@ -171,16 +172,21 @@ def self_times(events: list[dict]) -> tuple[collections.Counter, collections.Cou
   return own, calls, busy
 
 
-def parse_case(text: str) -> dict[str, str]:
-  """'lion_s:recomputed:512:packed' -> fields; 's5::padded' (a baseline has no residuals)."""
+def parse_case(text: str) -> dict:
+  """'lion_s:recomputed:512:packed' -> fields; 's5::padded' (a baseline has no residuals);
+  'lion_s@64:stored:packed' runs LION at chunk length C = 64 instead of the preset's."""
   parts = text.split(":")
   if len(parts) == 3:
     parts.insert(2, "")
-  variant, residuals, segment, layout = parts
-  if layout not in ("padded", "packed") or (segment and residuals != "recomputed"):
-    raise SystemExit(f"--cases {text!r}: expected variant:residuals[:S]:padded|packed, with S "
-                     "(a number, auto or max) only for residuals=recomputed")
-  return dict(variant=variant, residuals=residuals, segment=segment or "auto", layout=layout)
+  variant, residuals, segment, layout = parts if len(parts) == 4 else ("", "", "", "")
+  variant, _, chunk = variant.partition("@")
+  if (layout not in ("padded", "packed") or (segment and residuals != "recomputed")
+      or (chunk and not (chunk.isdigit() and residuals))):
+    raise SystemExit(f"--cases {text!r}: expected variant[@C]:residuals[:S]:padded|packed, with "
+                     "S (a number, auto or max) only for residuals=recomputed and C (a number) "
+                     "only for LION (a variant with residuals)")
+  return dict(variant=variant, residuals=residuals, segment=segment or "auto", layout=layout,
+              chunk_size=int(chunk) if chunk else None)
 
 
 def main(argv=None):
@@ -193,7 +199,7 @@ def main(argv=None):
   p.add_argument("--batch", type=int, default=50)
   p.add_argument("--preset", default="")
   p.add_argument("--cases", default=DEFAULT_CASES,
-                 help="comma list of variant:residuals[:S]:layout, run in this order")
+                 help="comma list of variant[@C]:residuals[:S]:layout, run in this order")
   p.add_argument("--budget-s", type=float, default=1e9,
                  help="start no case after this many seconds")
   p.add_argument("--profile-steps", type=int, default=0,
@@ -212,24 +218,26 @@ def main(argv=None):
   print(f"{harness.device_label()}: {args.task}, batch {args.batch}, L = {seq_len}", flush=True)
   records = []
   for spec in cases:
-    label = (f"{spec['variant']} {spec['residuals'] or '-'} "
+    label = (f"{spec['variant']}{'@' + str(spec['chunk_size']) if spec['chunk_size'] else ''} "
+             f"{spec['residuals'] or '-'} "
              f"S={spec['segment'] if spec['residuals'] == 'recomputed' else '-'} {spec['layout']}")
     if time.monotonic() - start > args.budget_s:
       records.append(dict(name=label, **spec, skipped="--budget-s"))
       continue
     padded, packed = packing_bench.cases_for(args.task, spec["variant"], args.batch, args.preset,
-                                             split, spec["residuals"])
+                                             split, spec["residuals"], spec["chunk_size"])
     case = padded if spec["layout"] == "padded" else packed
     del padded, packed
     case.name = label
-    case.info.update(spec)
+    case.info.update({key: value for key, value in spec.items() if value is not None})
     with segment_tokens(spec["segment"]):
       if spec["residuals"] == "recomputed":
         # Padded Retrieval runs both documents of an example through the tower: 2B rows.
         rows = (case.info["rows"] if spec["layout"] == "packed"
                 else args.batch * (2 if info.dual_input else 1))
         length = case.info["row_length"] if spec["layout"] == "packed" else seq_len
-        case.info["segment_tokens"] = recomputed.segment_length(rows, length, base.model.chunk_size)
+        case.info["segment_tokens"] = recomputed.segment_length(
+            rows, length, spec["chunk_size"] or base.model.chunk_size)
       runnable = harness.compile_within_budget([case], args.mem_budget_gb)
       harness.time_cases(runnable, repeats=args.repeats, budget_s=args.case_budget_s,
                          min_repeats=2)

@@ -197,13 +197,38 @@ def test_the_segments_bench_forces_a_segment_length_while_tracing_and_restores_t
       assert recomputed.segment_length(50, 2048, 32) == rule
     assert recomputed.segment_length(50, 2048, 32) == rule
   assert segments.parse_case("s5::packed") == dict(variant="s5", residuals="", segment="auto",
-                                                   layout="packed")
-  with pytest.raises(SystemExit, match="only for residuals=recomputed"):
-    segments.parse_case("lion_s:stored:512:padded")
+                                                   layout="packed", chunk_size=None)
+  assert segments.parse_case("lion_s@64:recomputed:max:packed") == dict(
+      variant="lion_s", residuals="recomputed", segment="max", layout="packed", chunk_size=64)
+  for wrong in ("lion_s:stored:512:padded", "s5@64::padded", "lion_s@x:stored:packed",
+                "lion_s:stored"):
+    with pytest.raises(SystemExit, match="only for residuals=recomputed"):
+      segments.parse_case(wrong)
   with pytest.raises(SystemExit, match="'retrieval'.*--data-dir"):  # the bench's own flag
     segments.main(["--task", "retrieval", "--quick"])
   with pytest.raises(FileNotFoundError, match=str(tmp_path)):  # --data-dir reaches the loader
     segments.main(["--task", "retrieval", "--quick", "--data-dir", str(tmp_path)])
+
+
+def test_the_segments_bench_builds_lion_at_the_chunk_length_it_names(monkeypatch):
+  """`lion_s@C` must reach the model that is compiled, not only the case's label: a first
+  version passed C where it was ignored, and an H100 call timed C = 32 four times."""
+  import packing as packing_bench  # pylint: disable=import-outside-toplevel
+  import train_step  # pylint: disable=import-outside-toplevel
+  from lra.train import check_config  # pylint: disable=import-outside-toplevel
+  built = []
+  real = train_step.make_setup
+  monkeypatch.setattr(train_step, "make_setup", lambda config, *args, **kwargs: (
+      built.append(check_config(config).chunk_size), real(config, *args, **kwargs))[1])
+  base, info, seq_len = train_step.task_config("listops", "lion_s,runlocal")
+  split = packing_bench.split_of(packing_bench.sample_lengths("listops", base, seq_len)[:64],
+                                 info, seq_len)
+  padded, packed = packing_bench.cases_for("listops", "lion_s", 4, "runlocal", split,
+                                           "stored", chunk=16)
+  assert built == [16, 16] and padded.info["chunk_size"] == packed.info["chunk_size"] == 16
+  built.clear()
+  packing_bench.cases_for("listops", "lion_s", 4, "runlocal", split, "stored")
+  assert built == [base.model.chunk_size] * 2 != [16, 16]
 
 
 def test_the_segments_bench_profile_sums_each_trace_line_in_self_time():
