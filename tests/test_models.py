@@ -10,7 +10,7 @@ import optax
 import pytest
 from flax import nnx
 
-from bench import param_counts
+from bench import arithmetic, param_counts
 from lion_jax import LionEncoder, LraClassifier, blocks, count_params, masked_mean, models, preset
 from lion_jax.config import ModelConfig
 
@@ -203,6 +203,35 @@ def test_parameter_counts():
   assert param_counts.s5_param_count(config, io) == 188_490  # hand-checked from S5's layers
   model = build("listops")
   assert count_params(model) == param_counts.lion_param_count(model.config, io)
+
+
+def _xla_flops_per_block_and_token(config, length=128):
+  """XLA's count for one more block, per token: a 2-block forward less a 1-block forward."""
+  def flops(layers):
+    model = LraClassifier(config.replace(num_layers=layers), num_classes=10, vocab_size=16,
+                          rngs=nnx.Rngs(0))
+    model.eval()
+    graph, params, rest = nnx.split(model, nnx.Param, ...)
+    tokens = jax.random.randint(jax.random.key(0), (1, length), 1, 16)
+    forward = lambda p: nnx.merge(graph, p, rest)(tokens, jnp.full((1,), length))
+    return jax.jit(forward).lower(params).compile().cost_analysis()["flops"]
+  return (flops(2) - flops(1)) / length
+
+
+@pytest.mark.parametrize("overrides,low,high", [
+    # XLA counts a complex product a little lower; chunk_size back at its default (LION's only)
+    (dict(mixer="s5", ssm_size=16, chunk_size=ModelConfig().chunk_size), 0.93, 1.03),
+    (dict(num_heads=2, chunk_size=16, decay="lit"), 0.97, 1.07),  # products, and a few norms
+    # + the steep-chunk slots recomputed on every call, and the fallback planned beside them
+    (dict(num_heads=2, chunk_size=16, decay="selective"), 1.0, 2.5),
+])
+def test_the_arithmetic_count_is_what_xla_counts(overrides, low, high):
+  """`bench/arithmetic.py` counts LION's and S5's operations per token from the config
+  (docs/benchmarks.md §12 rests on it): XLA's own count of a block agrees where the block is
+  only products, and exceeds it where LION plans work beside the products."""
+  config = preset("listops", d_model=32, **overrides)
+  ratio = _xla_flops_per_block_and_token(config) / arithmetic.block_flops(config).total
+  assert low <= ratio <= high
 
 
 def test_bfloat16_compute_keeps_float32_parameters_and_logits():
