@@ -48,7 +48,8 @@ def block_flops(config: ModelConfig) -> BlockFlops:
   """Forward operations per token of one block of `config` (LION's `chunk_scan` or S5's SSM).
 
   Raises:
-    ValueError: for a mixer this count does not cover (softmax attention's cost grows with L).
+    ValueError: for a mixer this count does not cover (softmax attention's cost grows with L),
+      or LION in another form or scan order (LION♮'s snakes run two scans).
   """
   m = config.d_model
   glu = _GLU_DENSE[config.activation] * 2 * m * m
@@ -57,6 +58,9 @@ def block_flops(config: ModelConfig) -> BlockFlops:
     return BlockFlops(dense=glu, mixing=4 * m * states + 16 * states + 8 * m * states + 2 * m)
   if config.mixer != "lion":
     raise ValueError(f"model.mixer={config.mixer!r}: counted only for 'lion' and 's5'")
+  if config.form not in ("chunk_scan", "auto") or config.scan_order != "raster":
+    raise ValueError(f"model.form={config.form!r}, model.scan_order={config.scan_order!r}: "
+                     "counted only for LION's chunk_scan in raster order (one scan a block)")
   h, k, v = config.num_heads, config.qk_dim, config.head_dim
   vector = config.decay_shape == "vector" and config.decay != "lit"
   groups = v if vector else 1

@@ -181,10 +181,10 @@ def parse_case(text: str) -> dict:
   variant, residuals, segment, layout = parts if len(parts) == 4 else ("", "", "", "")
   variant, _, chunk = variant.partition("@")
   if (layout not in ("padded", "packed") or (segment and residuals != "recomputed")
-      or (chunk and not (chunk.isdigit() and residuals))):
+      or (chunk and not (chunk.isdigit() and int(chunk) > 0 and residuals))):
     raise SystemExit(f"--cases {text!r}: expected variant[@C]:residuals[:S]:padded|packed, with "
-                     "S (a number, auto or max) only for residuals=recomputed and C (a number) "
-                     "only for LION (a variant with residuals)")
+                     "S (a number, auto or max) only for residuals=recomputed and C (a positive "
+                     "number) only for LION (a variant with residuals)")
   return dict(variant=variant, residuals=residuals, segment=segment or "auto", layout=layout,
               chunk_size=int(chunk) if chunk else None)
 

@@ -201,7 +201,7 @@ def test_the_segments_bench_forces_a_segment_length_while_tracing_and_restores_t
   assert segments.parse_case("lion_s@64:recomputed:max:packed") == dict(
       variant="lion_s", residuals="recomputed", segment="max", layout="packed", chunk_size=64)
   for wrong in ("lion_s:stored:512:padded", "s5@64::padded", "lion_s@x:stored:packed",
-                "lion_s:stored"):
+                "lion_s@0:stored:packed", "lion_s:stored"):
     with pytest.raises(SystemExit, match="only for residuals=recomputed"):
       segments.parse_case(wrong)
   with pytest.raises(SystemExit, match="'retrieval'.*--data-dir"):  # the bench's own flag

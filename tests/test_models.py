@@ -234,6 +234,15 @@ def test_the_arithmetic_count_is_what_xla_counts(overrides, low, high):
   assert low <= ratio <= high
 
 
+def test_the_arithmetic_count_refuses_what_it_does_not_count():
+  for config, field in ((preset("listops", form="attention"), "model.form"),
+                        (preset("image", scan_order="snake"), "model.form"),
+                        (preset("listops", mixer="softmax", chunk_size=ModelConfig().chunk_size),
+                         "model.mixer")):
+    with pytest.raises(ValueError, match=field):
+      arithmetic.block_flops(config)
+
+
 def test_bfloat16_compute_keeps_float32_parameters_and_logits():
   x, lengths = batch_for("listops")
   run = nnx.jit(lambda m, x, n: m(x, n))
