@@ -21,7 +21,8 @@ finished: the same command on a machine with an empty `--workdir` trains only th
 records and reports from the records. Records trained with another config than today's command
 builds (other `--set` values, a changed default) do not count: the sweep stops and names each
 such run and field, unless `--rerun-changed` trains them again (their records are replaced when
-they end); `--report-only` reports them marked stale (†).
+they end); `--report-only` reports them marked stale (†). The report written to DIR covers every
+run recorded there, so a sweep over some of its variants, tasks or seeds adds to it.
 
 The tables go to `--out` (default: `--records`, else the sweep's workdir): `results.csv` (one
 row per run), `results.md` (rows = variants, columns = tasks, mean ± sample std over seeds with
@@ -123,6 +124,27 @@ def plan(tasks: list[str], variants: list[str], seeds: list[int], workdir: str |
                         None if records is None else
                         sweep_records.record_dir(records, task, variant, seed)))
   return runs
+
+
+def with_recorded_runs(runs: list[Run], records: str | Path, workdir: str | Path, *,
+                       flags: tuple[str, ...] = (), sets: tuple[str, ...] = (),
+                       python: str = sys.executable) -> list[Run]:
+  """`runs` and every other run whose records `records` holds, planned with the same flags and
+  overrides, so that a sweep over some of a published folder's tasks, variants or seeds still
+  reports all of them (a record of another config shows stale, †, as under --report-only).
+
+  A folder of `records/runs/` that is no task, variant or seed of today's configs is left out.
+  """
+  known = {(run.task, run.variant, run.seed) for run in runs}
+  found = []
+  for variant_dir in sorted(Path(records, sweep_records.RUNS_DIR).glob("*/*")):
+    task, variant = variant_dir.parent.name, variant_dir.name
+    if task not in common.TASKS or variant not in common.task_variants(task):
+      continue
+    seeds = sorted(int(d.name[4:]) for d in variant_dir.glob("seed*") if d.name[4:].isdigit())
+    found += [(task, variant, seed) for seed in seeds if (task, variant, seed) not in known]
+  return runs + [plan([task], [variant], [seed], workdir, flags=flags, sets=sets, python=python,
+                      records=records)[0] for task, variant, seed in found]
 
 
 # Runs in a fresh interpreter between the sweep and the trainer, never in a forked copy of the
@@ -389,6 +411,12 @@ def main(argv: list[str] | None = None) -> int:
     sweep_records.save(run)
   from lra import sweep_report  # pylint: disable=import-outside-toplevel  (matplotlib)
   out = Path(args.out or args.records or args.workdir)
+  if args.records and out == Path(args.records):  # the folder's report covers all it holds
+    runs = with_recorded_runs(runs, args.records, args.workdir, flags=flags,
+                              sets=tuple(args.sets), python=args.python)
+    tasks += [t for t in common.TASKS if t not in tasks and any(r.task == t for r in runs)]
+    variants += [v for v in expand_variants("all")
+                 if v not in variants and any(r.variant == v for r in runs)]
   paths = sweep_report.write_reports(runs, out, tasks, variants, settings=" ".join(
       [f"--{f.replace('_', '-')}" for f in flags] + [f"--set {s}" for s in args.sets]))
   print(f"sweep: wrote {', '.join(str(p) for p in paths)}")

@@ -122,6 +122,22 @@ def test_a_missing_record_reruns_exactly_that_run(moved, monkeypatch, capsys):
   assert rows["s5", "1"]["test_accuracy"] == "50.0" and rows["s5", "0"]["test_accuracy"] == "32.0"
 
 
+def test_a_sweep_over_some_variants_keeps_the_others_in_the_folders_report(moved, monkeypatch):
+  """Training S5 again into a published folder must not drop LION-D's rows from its report."""
+  work, records, from_runs = moved
+  shutil.rmtree(records / "runs/listops/s5/seed1")
+  trained = []
+  _trainer(monkeypatch, trained)
+  only_s5 = [a if a != "lion_d,s5" else "s5" for a in _args(work, records)]
+  assert sweep.main([a if a != "0,1" else "1" for a in only_s5]) == 0
+  assert trained == ["listops/s5/seed1"]
+  rows = {(r["variant"], r["seed"]): r["test_accuracy"]
+          for r in csv.DictReader((records / "results.csv").open())}
+  assert rows == {("lion_d", "0"): "30.0", ("lion_d", "1"): "31.0", ("s5", "0"): "32.0",
+                  ("s5", "1"): "50.0"}
+  assert "LION-D" in (records / "results.md").read_text()
+
+
 def test_retry_failed_reruns_a_run_that_failed_here_or_elsewhere(moved, monkeypatch, capsys):
   """A run that failed leaves failed.json in its workdir and in its records: --retry-failed
   clears both (a sweep here, or one on another machine, failed it)."""
