@@ -55,7 +55,7 @@ STEEP_CHUNKS_DIVISOR = 16
 
 def bidirectional_chunk_scan(q, k, u, forward_gate, log_decay, chunk_size: int = 64,
                              with_key_sums: bool = False, state_pass: str = "auto",
-                             branch_axis: str | None = None):
+                             branch_axis: str | None = None, initial_states=None):
   """Σ_j (q_i·k_j) M_ij u_j over all keys j, chunk by chunk.
 
   Args:
@@ -74,6 +74,9 @@ def bidirectional_chunk_scan(q, k, u, forward_gate, log_decay, chunk_size: int =
     branch_axis: inside `shard_map`, the bound axis whose shards must all take the same branch
       of the vector-decay kernel: the deepest any of them needs (a `switch` whose branches hold
       collectives deadlocks when devices disagree).
+    initial_states: ([B, H, K, E], [B, H, K, E]) states entering the sequence from the left
+      (before its first token) and from the right (after its last), which query i reads
+      decayed by the gates between; None: zero. Not with `with_key_sums`.
 
   Returns:
     [B, L, H, E] outputs, and [B, L, H, 1] key sums (or None).
@@ -84,6 +87,11 @@ def bidirectional_chunk_scan(q, k, u, forward_gate, log_decay, chunk_size: int =
   if with_key_sums and groups != 1:
     raise ValueError("with_key_sums needs one decay per head (G = 1); carry a channel of ones "
                      "per decay channel instead.")
+  if with_key_sums and initial_states is not None:
+    raise ValueError("initial_states carry no key sums: carry a channel of ones instead of "
+                     "with_key_sums.")
+  # [2B, H, K, E] in the state pass's order: the forward direction's, then the backward's.
+  initial = None if initial_states is None else jnp.concatenate(initial_states)
   chunk = max(1, min(chunk_size, length))
   pad = -length % chunk
   padded = [jnp.pad(x, [(0, 0), (0, pad), (0, 0), (0, 0)])
@@ -91,7 +99,8 @@ def bidirectional_chunk_scan(q, k, u, forward_gate, log_decay, chunk_size: int =
   unchunk = lambda x: _unchunk(x)[:, :length]  # [B, H, N, C, X] -> [B, L, H, X]
 
   if groups == 1:
-    out, key_sums = _chunk_kernel(*_to_chunks(padded, chunk), _scalar_block, entering_states)
+    out, key_sums = _chunk_kernel(*_to_chunks(padded, chunk), _scalar_block, entering_states,
+                                  initial)
     return unchunk(out), unchunk(key_sums) if with_key_sums else None
   # Vector decays. A token's log-gate below −W/2 only scales the mask across it by less than
   # e^{−W/2} (1e-13 in float32), under every rounding of the sums it enters; raising it to −W/2
@@ -108,12 +117,15 @@ def bidirectional_chunk_scan(q, k, u, forward_gate, log_decay, chunk_size: int =
   capacity = steep_chunk_capacity(steep.size)
   out = factored.factored_chunks(*chunked, steep_slots(steep, capacity),
                                  entering_states=entering_states, limit=limit,
-                                 exact_chunks=_exact_chunks)
+                                 exact_chunks=_exact_chunks, initial=initial)
   too_steep = jnp.sum(steep) > capacity
   if branch_axis is not None:
     too_steep = jax.lax.pmax(too_steep.astype(jnp.int32), branch_axis) > 0
-  exact = lambda *chunked: _chunk_kernel(*chunked, _exact_vector_block, entering_states)[0]
-  out = jnp.where(too_steep, _only_if(too_steep, exact, *chunked), out)
+  # The initial states are an operand, not a closure: their gradient passes through here too.
+  operands = chunked if initial is None else (*chunked, initial)
+  exact = lambda *ops: _chunk_kernel(*ops[:5], _exact_vector_block, entering_states,
+                                     *ops[5:])[0]
+  out = jnp.where(too_steep, _only_if(too_steep, exact, *operands), out)
   return unchunk(out), None
 
 
@@ -207,7 +219,7 @@ def steep_slots(steep, capacity: int):
   return jnp.nonzero(flat, size=capacity, fill_value=flat.shape[0])[0].astype(jnp.int32)
 
 
-def _chunk_kernel(q, k, u, fwd, bwd, intra_block, entering_states):
+def _chunk_kernel(q, k, u, fwd, bwd, intra_block, entering_states, initial=None):
   """The chunk kernel on chunked inputs, with a given same-chunk block.
 
   Args:
@@ -218,6 +230,8 @@ def _chunk_kernel(q, k, u, fwd, bwd, intra_block, entering_states):
     intra_block: (scores, u, F, A) -> ([B, H, N, C, E] same-chunk outputs, [B, H, N, C, 1]
       same-chunk key sums or None).
     entering_states: (totals, leaving) -> entering states, a value of `STATE_PASSES`.
+    initial: [2B, H, K, E] the states entering the first chunk of each direction (forward
+      directions first), or None (zero); not with key sums.
 
   Returns:
     [B, H, N, C, E] outputs and [B, H, N, C, 1] key sums (None unless `intra_block` gives them).
@@ -241,6 +255,8 @@ def _chunk_kernel(q, k, u, fwd, bwd, intra_block, entering_states):
                                  jnp.flip(jnp.einsum("bhnck,bhnc->bhnk", k, to_start[..., 0]),
                                           2)])[..., None],)  # [2B, H, N, K, 1]
   entering = entering_states(totals, carried)
+  if initial is not None:
+    entering = (with_initial_states(entering[0], totals, initial), *entering[1:])
   # Read-out: e^{F_r} q_r·S^fwd and e^{Ā − A_r} q_r·S^bwd, S the states entering chunk n.
   from_start = jnp.exp(fwd)  # [B, H, N, C, G]
   from_end = jnp.exp(bwd_total[:, :, :, None] - bwd)  # [B, H, N, C, G]
@@ -368,6 +384,24 @@ def _entering_states_associative(totals, leaving):
   # [2B, H, N, K, X]: shift by one chunk, zero state entering the first.
   return tuple(jnp.pad(x, [(0, 0), (0, 0), (1, 0), (0, 0), (0, 0)])[:, :, :-1]
                for x in leaving_states)
+
+
+def with_initial_states(entering, totals, initial):
+  """Entering states of a state pass that started from `initial` instead of zero.
+
+  The pass is linear in its starting state, which reaches chunk n decayed by every chunk before
+  it: exp(Σ_{m<n} totals_m), a sum of log-decays ≤ 0 taken directly (never as a difference).
+
+  Args:
+    entering: [2B, H, N, K, X] the entering states of a pass started from zero.
+    totals: [2B, H, N, G] whole-chunk log-decays, in the pass's chunk order.
+    initial: [2B, H, K, X] the state before the first chunk of each row.
+
+  Returns:
+    [2B, H, N, K, X].
+  """
+  before = jnp.cumsum(jnp.pad(totals[:, :, :-1], [(0, 0), (0, 0), (1, 0), (0, 0)]), axis=2)
+  return entering + jnp.exp(before)[..., None, :] * initial[:, :, None].astype(entering.dtype)
 
 
 # How the chunk states pass between chunks, by `state_pass` value (lion_jax.options).

@@ -31,7 +31,8 @@ import jax
 import jax.numpy as jnp
 
 
-def factored_chunks(q, k, u, fwd, bwd, slots, *, entering_states, limit: float, exact_chunks):
+def factored_chunks(q, k, u, fwd, bwd, slots, *, entering_states, limit: float, exact_chunks,
+                    initial=None):
   """Σ_j (q_i·k_j) M_ij u_j over all keys, chunk by chunk, for per-channel decays.
 
   Args:
@@ -46,16 +47,18 @@ def factored_chunks(q, k, u, fwd, bwd, slots, *, entering_states, limit: float, 
     exact_chunks: (q, k, u, F, A, S→, S←) on [P, C, X] chunks and [P, K, E] entering states ->
       ([P, C, E] outputs, ([P, K, E], [P, K, E]) forward and backward leaving states), exact for
       any span.
+    initial: [2B, H, K, E] the states entering each row's first chunk from the left, then
+      (rows B..2B) those entering its last chunk from the right; None: zero.
 
   Returns:
     [B, H, N, C, E] outputs.
   """
-  return _factored(entering_states, limit, exact_chunks, q, k, u, fwd, bwd, slots)
+  return _factored(entering_states, limit, exact_chunks, q, k, u, fwd, bwd, slots, initial)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2))
-def _factored(entering_states, limit, exact_chunks, q, k, u, fwd, bwd, slots):
-  return _forward(entering_states, limit, exact_chunks, q, k, u, fwd, bwd, slots)[0]
+def _factored(entering_states, limit, exact_chunks, q, k, u, fwd, bwd, slots, initial):
+  return _forward(entering_states, limit, exact_chunks, q, k, u, fwd, bwd, slots, initial)[0]
 
 
 def _factors(fwd, bwd, limit):
@@ -85,16 +88,21 @@ def _diagonal(scores):
   return jnp.sum(scores * jnp.eye(scores.shape[-1], dtype=scores.dtype), axis=-1, keepdims=True)
 
 
-def _stacked_states(entering_states, fwd_total, bwd_total, forward_leaving, backward_leaving):
-  """Both directions' entering states by one exclusive scan over chunks, stacked on the batch.
+def _stacked_states(entering_states, fwd_total, bwd_total, forward_leaving, backward_leaving,
+                    initial=None):
+  """Both directions' entering states by one exclusive scan over chunks, stacked on the batch
+  (`initial`: [2B, H, K, E] the states before each direction's first chunk, or None).
 
   Returns:
     [B, H, N, K, E] S→ (from the left) and S← (from the right) of each chunk.
   """
+  from lion_jax import chunkwise  # a cycle at import time: chunkwise imports this module
   batch = fwd_total.shape[0]
   totals = jnp.concatenate([fwd_total, jnp.flip(bwd_total, 2)])  # [2B, H, N, E]
   leaving = jnp.concatenate([forward_leaving, jnp.flip(backward_leaving, 2)])  # [2B, H, N, K, E]
   (entering,) = entering_states(totals, (leaving,))
+  if initial is not None:
+    entering = chunkwise.with_initial_states(entering, totals, initial)
   return entering[:batch], jnp.flip(entering[batch:], 2)
 
 
@@ -115,14 +123,14 @@ def _add(x, slots, values):
   return flat.at[slots].add(values.astype(x.dtype), mode="drop").reshape(x.shape)
 
 
-def _forward(entering_states, limit, exact_chunks, q, k, u, fwd, bwd, slots):
+def _forward(entering_states, limit, exact_chunks, q, k, u, fwd, bwd, slots, initial):
   """Outputs, and what the backward pass keeps: the operands and the entering states."""
   fwd_mid, bwd_mid, fwd_total, bwd_total, to_left, to_right, from_left, from_right = _factors(
       fwd, bwd, limit)
   x, y = to_left * u, to_right * u  # [B, H, N, C, E]
   per_chunk = lambda log_scale: jnp.exp(log_scale)[..., None, :]  # [B, H, N, 1, E], all ≤ 1
   enter_forward, enter_backward = _entering(entering_states, limit, exact_chunks, q, k, u, fwd,
-                                            bwd, slots)
+                                            bwd, slots, initial)
   steep = [_gather(a, slots) for a in (q, k, u, fwd, bwd)]  # [P, C, X]
 
   scores = jnp.einsum("bhnrk,bhnck->bhnrc", q, k)  # [B, H, N, C, C]
@@ -135,16 +143,17 @@ def _forward(entering_states, limit, exact_chunks, q, k, u, fwd, bwd, slots):
   steep_out, _ = exact_chunks(*steep, _gather(enter_forward, slots),
                               _gather(enter_backward, slots))
   out = _set(out, slots, steep_out)
-  return out, (q, k, u, fwd, bwd, slots, enter_forward, enter_backward)
+  return out, (q, k, u, fwd, bwd, slots, enter_forward, enter_backward, initial)
 
 
-def _forward_rule(entering_states, limit, exact_chunks, q, k, u, fwd, bwd, slots):
-  return _forward(entering_states, limit, exact_chunks, q, k, u, fwd, bwd, slots)
+def _forward_rule(entering_states, limit, exact_chunks, q, k, u, fwd, bwd, slots, initial):
+  return _forward(entering_states, limit, exact_chunks, q, k, u, fwd, bwd, slots, initial)
 
 
 def _backward_rule(entering_states, limit, exact_chunks, saved, grad):
-  """Gradients with respect to q, k, u, F and A from the output cotangent `grad`."""
-  q, k, u, fwd, bwd, slots, enter_forward, enter_backward = saved
+  """Gradients with respect to q, k, u, F, A and the initial states from the output cotangent
+  `grad`."""
+  q, k, u, fwd, bwd, slots, enter_forward, enter_backward, initial = saved
   fwd_mid, bwd_mid, fwd_total, bwd_total, to_left, to_right, from_left, from_right = _factors(
       fwd, bwd, limit)
   x, y = to_left * u, to_right * u
@@ -197,6 +206,15 @@ def _backward_rule(entering_states, limit, exact_chunks, saved, grad):
   d_forward_leaving, d_backward_leaving, d_fwd_scan, d_bwd_scan = _states_backward(
       entering_states, fwd_total, bwd_total, enter_forward, enter_backward, d_enter_forward,
       d_enter_backward)
+  d_initial = None
+  if initial is not None:
+    # The state before the first chunk (in each direction's order) reaches it directly and the
+    # rest through that chunk's decay: d_enter there plus e^{total} times its d(leaving).
+    d_initial = jnp.concatenate([
+        d_enter_forward[:, :, 0] + jnp.exp(fwd_total[:, :, 0])[..., None, :]
+        * d_forward_leaving[:, :, 0],
+        d_enter_backward[:, :, -1] + jnp.exp(bwd_total[:, :, -1])[..., None, :]
+        * d_backward_leaving[:, :, -1]]).astype(initial.dtype)  # [2B, H, K, E]
 
   # Leaving states: the steep chunks' from `exact_chunks`, the others' from the products.
   zero_states = jnp.zeros(steep[1].shape[:1] + enter_forward.shape[3:], u.dtype)
@@ -223,7 +241,7 @@ def _backward_rule(entering_states, limit, exact_chunks, saved, grad):
   d_fwd = d_fwd.at[..., -1, :].add(d_fwd_total)  # F̄ = F at the chunk's last token
   d_bwd = d_bwd.at[..., -1, :].add(d_bwd_total)
   grads = [_add(d, slots, s) for d, s in zip((d_q, d_k, d_u, d_fwd, d_bwd), steep_grads[:5])]
-  return (*grads, None)
+  return (*grads, None, d_initial)
 
 
 def _states_backward(entering_states, fwd_total, bwd_total, enter_forward, enter_backward,
@@ -249,7 +267,7 @@ def _states_backward(entering_states, fwd_total, bwd_total, enter_forward, enter
 
 
 
-def _entering(entering_states, limit, exact_chunks, q, k, u, fwd, bwd, slots):
+def _entering(entering_states, limit, exact_chunks, q, k, u, fwd, bwd, slots, initial=None):
   """[B, H, N, K, E] the states entering each chunk from the left and from the right.
 
   The steep chunks' leaving states come from `exact_chunks` with zero entering states (they do
@@ -265,7 +283,7 @@ def _entering(entering_states, limit, exact_chunks, q, k, u, fwd, bwd, slots):
   _, (steep_forward, steep_backward) = exact_chunks(*steep, zero_states, zero_states)
   return _stacked_states(entering_states, fwd_total, bwd_total,
                          _set(forward_leaving, slots, steep_forward),
-                         _set(backward_leaving, slots, steep_backward))
+                         _set(backward_leaving, slots, steep_backward), initial)
 
 
 _factored.defvjp(_forward_rule, _backward_rule)

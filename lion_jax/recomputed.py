@@ -13,9 +13,10 @@ states per head pass, exactly as between the shards of context parallelism
   entering  in→_s = Σ_{m<s} exp(Σ_{m<p<s} F̄_p) S→_m,   in←_s = Σ_{m>s} exp(Σ_{s<p<m} Ā_p) S←_m
 
 and query i of segment s adds exp(Σ_{t=start_s}^{i} f_t) q_i·in→_s + exp(Σ_{t=i+1}^{end_s} a_t)
-q_i·in←_s to what the kernel gives on the segment alone. Every exponent is a sum of log-decays
-≤ 0, taken as a chunk-local cumulative sum plus whole-chunk totals, so no exponent is a
-difference of long running sums.
+q_i·in←_s to what the kernel gives on the segment alone: the kernel starts its own state pass
+from in→_s and in←_s (`initial_states`), so each query reads them with the chunk states it reads
+anyway. Every exponent is a sum of log-decays ≤ 0, taken as a chunk-local cumulative sum plus
+whole-chunk totals, so no exponent is a difference of long running sums.
 
 What the backward pass keeps: the inputs q, k, v, the log-decays and the key mask as the
 caller passed them (a fixed decay stays [H] or [H, V]) and 4·P states per head; never a chunk
@@ -324,15 +325,19 @@ def _entering(options, summaries, outer=None):
 def _segment_output(options, seg, whole, key_mask, s, states):
   """[B, S, H, V] segment s's normalised outputs from the kernel and the entering states."""
   q, k, u, f, a = _gates(options, seg, whole, key_mask, s)
-  from_left, from_right = states  # [B, H, K, E]
+  # The entering states start the kernel's own state pass, so each token reads them with the
+  # chunk states it reads anyway (q_i·S in one product), decayed by exp(Σ_{t=start_s}^{i} f_t)
+  # and exp(Σ_{t=i+1}^{end_s} a_t): two [B, S, H, K]×[B, H, K, E] products fewer a segment.
   out, _ = chunkwise.bidirectional_chunk_scan(q, k, u, f, a, options.chunk,
                                               state_pass=options.state_pass,
-                                              branch_axis=options.branch_axis)  # [B, S, H, E]
-  f_prefix, _ = _log_sums(f, options.chunk)
-  _, a_after = _log_sums(a, options.chunk)
-  out = (out + jnp.einsum("bshk,bhke->bshe", q, from_left) * jnp.exp(f_prefix)
-         + jnp.einsum("bshk,bhke->bshe", q, from_right) * jnp.exp(a_after))
-  value_dim = seg["v"].shape[-1]
+                                              branch_axis=options.branch_axis,
+                                              initial_states=states)  # [B, S, H, E]
+  return _normalised(options, whole, q, out, seg["v"].shape[-1])
+
+
+def _normalised(options, whole, q, out, value_dim: int):
+  """[B, S, H, V] outputs from the kernel's [B, S, H, E] sums: divided by the carried
+  normaliser channels ("after"), by q_i·Σ_j k_j ("before"), or as they are ("none")."""
   if options.normalize == "after":
     return out[..., :value_dim] / (out[..., value_dim:] + options.eps)
   if options.normalize == "before":

@@ -43,6 +43,72 @@ def test_both_passes_equal_the_definition_of_the_entering_states(num_chunks, gro
       np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12, err_msg=state_pass)
 
 
+def test_a_pass_from_an_initial_state_equals_the_definition():
+  """`with_initial_states`: the state before the first chunk enters like a chunk of its own
+  before it, decayed by every chunk it passes, including one that forgets everything."""
+  rng = np.random.default_rng(1)
+  totals = -rng.exponential(2.0, (2, 2, 6, 3))  # [2B, H, N, G]
+  totals[1, 0, 2] = -np.inf
+  leaving = rng.normal(size=(2, 2, 6, 4, 3))
+  initial = rng.normal(size=(2, 2, 4, 3))  # [2B, H, K, X]
+  padded_totals = np.concatenate([np.zeros_like(totals[:, :, :1]), totals], axis=2)
+  expected = entering_by_definition(padded_totals, np.concatenate(
+      [initial[:, :, None], leaving], axis=2))[:, :, 1:]
+  with jax.enable_x64(True):
+    got = chunkwise.with_initial_states(entering_by_definition(totals, leaving), totals, initial)
+  np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12)
+
+
+def _initial_states_by_hand(q, k, u, f, a, initial, chunk, **options):
+  """The kernel without initial states, plus what they add to query i: q_i·S→ decayed by the
+  forward gates up to i, q_i·S← by the log-decays after i."""
+  out, _ = chunkwise.bidirectional_chunk_scan(q, k, u, f, a, chunk, **options)
+  prefix = jnp.cumsum(f, axis=1)
+  suffix = jnp.flip(jnp.cumsum(jnp.flip(a, 1), axis=1), 1) - a
+  return (out + jnp.einsum("blhk,bhke->blhe", q, initial[0]) * jnp.exp(prefix)
+          + jnp.einsum("blhk,bhke->blhe", q, initial[1]) * jnp.exp(suffix))
+
+
+@pytest.mark.parametrize("groups, dtype, gates, state_pass", [
+    (4, "float64", "mild", "scan"), (1, "float64", "mild", "associative"),
+    (4, "float32", "few_steep", "scan"),
+    pytest.param(4, "float32", "all_steep", "associative", marks=pytest.mark.slow)],
+    ids=["vector", "scalar", "steep_chunks_on_the_side", "exact_fallback"])
+def test_initial_states_enter_the_kernels_own_state_pass(groups, dtype, gates, state_pass):
+  """`bidirectional_chunk_scan(..., initial_states=)` (what the recomputing kernel passes each
+  segment) equals adding their contribution by hand, outputs and every gradient, on the
+  factored path, its steep chunks and its exact fallback."""
+  rng = np.random.default_rng(2)
+  batch, length, heads, key, channels, chunk = 2, 45, 2, 3, 4, 8
+  q, k = (rng.uniform(0.1, 1.0, (batch, length, heads, key)) for _ in range(2))
+  u, weights = (rng.normal(size=(batch, length, heads, channels)) for _ in range(2))
+  f, a = (-rng.exponential(0.05, (batch, length, heads, groups)) for _ in range(2))
+  if gates == "few_steep":  # two chunks spanning more than 2W (gates are clipped at −W/2 first)
+    a[0, 8:14, 0], f[1, 24:30, 1] = -60.0, -60.0
+  elif gates == "all_steep":
+    f, a = 800 * f, 800 * a
+  initial = tuple(rng.normal(size=(batch, heads, key, channels)) for _ in range(2))
+  with jax.enable_x64(dtype == "float64"):
+    cast = lambda x: jax.tree.map(lambda y: jnp.asarray(y, dtype), x)
+    args = cast((q, k, u, f, a, initial))
+    if gates != "mild":
+      clipped = [jnp.maximum(g, -0.5 * chunkwise.factored_exponent_limit(dtype)) for g in args[3:5]]
+      steep = int(jnp.sum(chunkwise.steep_chunks(*[jnp.pad(g, [(0, 0), (0, 3), (0, 0), (0, 0)])
+                                                   for g in clipped], chunk,
+                                                 chunkwise.factored_exponent_limit(dtype))))
+      assert (steep == 2) if gates == "few_steep" else (steep > chunkwise.STEEP_CHUNKS_MIN)
+    results = []
+    for fn in (_initial_states_by_hand, lambda *x, **o: chunkwise.bidirectional_chunk_scan(
+        *x[:5], x[6], initial_states=x[5], **o)[0]):
+      loss = lambda *x, fn=fn: jnp.sum(fn(*x, chunk, state_pass=state_pass) * weights)
+      results.append(jax.jit(jax.value_and_grad(loss, argnums=range(6)))(*args))
+  tolerance = 1e-12 if dtype == "float64" else 1e-5
+  for got, expected in zip(jax.tree.leaves(results[1]), jax.tree.leaves(results[0])):
+    assert np.all(np.isfinite(got))
+    np.testing.assert_allclose(got, expected, rtol=tolerance,
+                               atol=tolerance * np.max(np.abs(expected)))
+
+
 @functools.lru_cache(maxsize=None)
 def loss_and_grads(state_pass, convention):
   def loss(q, k, v, log_decay, key_mask, weights):
