@@ -142,7 +142,7 @@ def _recomputed(options, tokens, whole, key_mask):
 
 
 def _forward(options, tokens, whole, key_mask):
-  entering = _entering(options, _summaries(options, tokens, whole, key_mask), whole["outer"])
+  entering = _entering_or_zeros(options, tokens, whole, key_mask)
 
   def output(out, s_states):
     s, states = s_states
@@ -154,6 +154,22 @@ def _forward(options, tokens, whole, key_mask):
   out, _ = jax.lax.scan(output, jnp.zeros(v.shape, _output_dtype(v)),
                         (jnp.arange(options.segments), entering))
   return out, (tokens, whole, key_mask)
+
+
+def _alone(options, whole):
+  """One segment and nothing entering the row from outside: no states pass at all (a GPU's rule
+  gives one segment a row at most presets, and a CPU's where L ≤ S)."""
+  return options.segments == 1 and whole["outer"] is None
+
+
+def _entering_or_zeros(options, tokens, whole, key_mask):
+  """`_entering` of the summaries, or, for a row that is one segment alone, zero states of the
+  same shapes without computing the summary nobody reads."""
+  if _alone(options, whole):
+    shapes = jax.eval_shape(lambda: _entering(
+        options, _summaries(options, tokens, whole, key_mask), whole["outer"]))
+    return jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), shapes)
+  return _entering(options, _summaries(options, tokens, whole, key_mask), whole["outer"])
 
 
 def _summaries(options, tokens, whole, key_mask):
@@ -176,11 +192,15 @@ def _backward(options, saved, grad):
   # the backward pass (XLA:CPU would otherwise run them all early and hold every result).
   (tokens, whole, key_mask), grad = jax.lax.optimization_barrier((saved, grad))
   segments = jnp.arange(options.segments)
-  # The segment states again (a summary is one product per segment): kept, they would cost
-  # [P, B, H, K, E] per direction and layer, more than the inputs when segments are short.
-  summaries = _summaries(options, tokens, whole, key_mask)
-  entering = _entering(options, summaries, whole["outer"])
   zeros = lambda tree: jax.tree.map(jnp.zeros_like, tree)
+  if _alone(options, whole):
+    summaries = None
+    entering = _entering_or_zeros(options, tokens, whole, key_mask)
+  else:
+    # The segment states again (a summary is one product per segment): kept, they would cost
+    # [P, B, H, K, E] per direction and layer, more than the inputs when segments are short.
+    summaries = _summaries(options, tokens, whole, key_mask)
+    entering = _entering(options, summaries, whole["outer"])
 
   def output_grads(carry, s_states):
     d_tokens, d_whole = carry
@@ -194,6 +214,8 @@ def _backward(options, saved, grad):
 
   (d_tokens, d_whole), d_entering = jax.lax.scan(output_grads, (zeros(tokens), zeros(whole)),
                                                  (segments, entering))
+  if summaries is None:  # nothing entered the one segment: no state gradient to pass back
+    return d_tokens, d_whole, None
   _, pull_entering = jax.vjp(lambda x, outer: _entering(options, x, outer), summaries,
                              whole["outer"])
   d_summaries, d_outer = pull_entering(d_entering)

@@ -127,6 +127,19 @@ def test_recomputed_gradients_equal_the_full_forms_in_float64(decay_kind, conven
     np.testing.assert_allclose(g, e, rtol=1e-9, atol=1e-10 * np.abs(e).max(), err_msg=name)
 
 
+def test_a_row_of_one_segment_passes_no_states_and_keeps_exact_gradients():
+  """A row that is one segment (a GPU's rule at most presets) skips the summaries, which nothing
+  would read: the outputs and gradients stay the full form's."""
+  q, k, v, log_decay, key_mask = make_inputs(12, "selective_vector", seed=6)
+  assert recomputed.segment_length(q.shape[0], 12, CHUNK) >= 12  # one segment
+  with jax.enable_x64(True):
+    got = gradients(q, k, v, log_decay, key_mask, "recomputed", convention="code")
+    expected = gradients(q, k, v, log_decay, key_mask, "stored", form="attention",
+                         convention="code")
+  for name, g, e in zip("q k v log_decay".split(), got, expected):
+    np.testing.assert_allclose(g, e, rtol=1e-9, atol=1e-10 * np.abs(e).max(), err_msg=name)
+
+
 def test_a_dropped_state_term_in_the_backward_pass_fails_the_gradient_check(monkeypatch):
   """Negative control: without the gradients that reach each segment's keys and values through
   the states it passes to the others, the gradients are wrong (and the outputs still right)."""
