@@ -353,7 +353,8 @@ def _segment_output(options, seg, whole, key_mask, s, states):
   out, _ = chunkwise.bidirectional_chunk_scan(q, k, u, f, a, options.chunk,
                                               state_pass=options.state_pass,
                                               branch_axis=options.branch_axis,
-                                              initial_states=states)  # [B, S, H, E]
+                                              initial_states=None if _alone(options, whole)
+                                              else states)  # [B, S, H, E]
   return _normalised(options, whole, q, out, seg["v"].shape[-1])
 
 
