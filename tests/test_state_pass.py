@@ -109,6 +109,15 @@ def test_initial_states_enter_the_kernels_own_state_pass(groups, dtype, gates, s
                                atol=tolerance * np.max(np.abs(expected)))
 
 
+def test_initial_states_refuse_key_sums_naming_the_way_out():
+  q = k = jnp.ones((1, 8, 1, 2))
+  u, gates = jnp.ones((1, 8, 1, 3)), -jnp.ones((1, 8, 1, 1))
+  state = jnp.zeros((1, 1, 2, 3))
+  with pytest.raises(ValueError, match="initial_states.*channel of ones"):
+    chunkwise.bidirectional_chunk_scan(q, k, u, gates, gates, 4, with_key_sums=True,
+                                       initial_states=(state, state))
+
+
 @functools.lru_cache(maxsize=None)
 def loss_and_grads(state_pass, convention):
   def loss(q, k, v, log_decay, key_mask, weights):
