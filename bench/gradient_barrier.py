@@ -13,9 +13,10 @@ For each variant and layout (the same B generated ListOps examples, padded and p
 twice: as the code stands, and with the barrier replaced by the plain identity while it is
 traced. All cases are timed interleaved. Reports step time, examples/s, the ratio and XLA's
 temp + output bytes. On a GPU or TPU the barrier is the identity already, so both columns run
-the same program. Token tasks only (ListOps, Text; Retrieval with `--data-dir`, as
-`bench/packing.py` states): image tasks are never padded, and this bench builds its batches
-from example lengths.
+the same program. Token tasks (ListOps, Text; Retrieval with `--data-dir`, as
+`bench/packing.py` states) run on generated example lengths, padded and packed; image tasks
+(Image, Pathfinder, Path-X), which are never padded, on one synthetic batch of full rows
+(`--layouts padded`, their only layout).
 
 Writes gradient_barrier.json to bench/results/ (git-ignored; `--publish`: docs/bench/).
 """
@@ -38,26 +39,40 @@ from lra.tasks import TASKS  # noqa: E402
 BARRIERS = {"without": lambda x: x, "barrier": blocks.gradient_barrier}
 
 
+def _full_rows_case(task, variant, batch, preset):
+  """The training step of an image task on one synthetic batch (`train_step.step_case`)."""
+  config, info, seq_len = train_step.task_config(task, variant + (f",{preset}" if preset else ""))
+  lion = config.model.mixer == "lion"
+  case, _ = train_step.step_case(task, config, info, seq_len, "chunk_scan" if lion else None,
+                                 config.model.chunk_size if lion else None, batch)
+  case.info.update(variant=variant, layout="padded")
+  return case
+
+
 def main(argv=None):
   p = argparse.ArgumentParser(description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
-  p.add_argument("--task", default="listops", help="a token task: listops, text, retrieval")
+  p.add_argument("--task", default="listops", help=f"one of {', '.join(TASKS)}")
   p.add_argument("--data-dir", default=None,
                  help="take the example lengths from the task's real files in DIR (needed for "
                       "retrieval; bench/packing.py's docstring)")
   p.add_argument("--variants", default="s5,lion_s,transformer")
   p.add_argument("--batch", type=int, default=8)
   p.add_argument("--preset", default="")
-  p.add_argument("--layouts", default="padded,packed", help="comma list of padded, packed")
+  p.add_argument("--layouts", default=None,
+                 help="comma list of padded, packed (default: both; image tasks: padded)")
   harness.add_common_args(p, repeats=5, case_budget_s=60.0, mem_budget_gb=20.0)
   args = p.parse_args(argv)
-  layouts = [layout for layout in args.layouts.split(",") if layout]
+  if args.task not in TASKS:
+    p.error(f"--task {args.task}: no such task; choose from {', '.join(TASKS)}")
+  tokens = TASKS[args.task].info.input_kind == "tokens"
+  layouts = [x for x in (args.layouts or ("padded,packed" if tokens else "padded")).split(",")
+             if x]
   if not layouts or set(layouts) - {"padded", "packed"}:
     p.error(f"--layouts {args.layouts}: give a comma list of padded, packed")
-  if args.task not in TASKS or TASKS[args.task].info.input_kind != "tokens":
-    p.error(f"--task {args.task}: not a token task; this bench builds padded and packed batches "
-            f"from example lengths, so it takes one of "
-            f"{', '.join(t for t in TASKS if TASKS[t].info.input_kind == 'tokens')}")
+  if not tokens and layouts != ["padded"]:
+    p.error(f"--layouts {args.layouts}: {args.task} is an image task, whose rows are always "
+            "full: give --layouts padded")
   if args.quick:
     args.preset, args.repeats = "runlocal", 3
   out_dir, name = harness.output_path(args, "gradient_barrier")
@@ -65,13 +80,14 @@ def main(argv=None):
       args.task, "lion_s" + (f",{args.preset}" if args.preset else ""))
   split = packing_bench.split_of(
       packing_bench.sample_lengths(args.task, base, seq_len, data_dir=args.data_dir), info,
-      seq_len)
+      seq_len) if tokens else None
   print(f"{harness.device_label()}: {args.task}, batch {args.batch}, L = {seq_len}", flush=True)
   cases = []
   for variant in [v for v in args.variants.split(",") if v]:
     for barrier, function in BARRIERS.items():
-      made = dict(zip(("padded", "packed"),
-                      packing_bench.cases_for(args.task, variant, args.batch, args.preset, split)))
+      made = dict(zip(("padded", "packed"), packing_bench.cases_for(
+          args.task, variant, args.batch, args.preset, split))) if tokens else {
+              "padded": _full_rows_case(args.task, variant, args.batch, args.preset)}
       for layout in layouts:
         case = made[layout]
         case.name = f"{variant} {layout} {barrier}"
