@@ -206,16 +206,28 @@ def _gradient_barrier_forward(x):
 def _gradient_barrier_backward(_, grad):
   if jax.default_backend() != "cpu":
     return (grad,)
-  # One trip of a loop: XLA fuses nothing across a loop's boundary, so `grad` enters it as an
-  # array. The trip count and the factor are a value XLA cannot know at compile time (1, or 0
-  # when the first entry is NaN, which skips the loop), so neither XLA nor JAX removes the loop
-  # as one that does nothing; multiplying by 1 is exact.
-  first = grad.reshape(-1)[0]
-  one = (first == first).astype(grad.dtype)  # []
-  _, grad = jax.lax.while_loop(lambda carry: carry[0] < one,
-                               lambda carry: (carry[0] + 1, carry[1] * one),
-                               (jnp.zeros((), grad.dtype), grad))
-  return (grad,)
+  return (_through_one_loop_trip(grad),)
+
+
+@jax.custom_jvp
+def _through_one_loop_trip(x):
+  """x, passed through one trip of a loop: XLA fuses nothing across a loop's boundary, so x
+  enters it as an array. The trip count and the factor are a value XLA cannot know at compile
+  time (1, or 0 when the first entry is NaN, which skips the loop), so neither XLA nor JAX
+  removes the loop as one that does nothing; multiplying by 1 is exact."""
+  first = x.reshape(-1)[0]
+  one = (first == first).astype(x.dtype)  # []
+  _, x = jax.lax.while_loop(lambda carry: carry[0] < one,
+                            lambda carry: (carry[0] + 1, carry[1] * one),
+                            (jnp.zeros((), x.dtype), x))
+  return x
+
+
+@_through_one_loop_trip.defjvp
+def _through_one_loop_trip_jvp(primals, tangents):
+  # The identity's tangent, declared linear: JAX cannot reverse a loop of dynamic length, and a
+  # gradient of a gradient (a gradient penalty) must pass back through here.
+  return _through_one_loop_trip(primals[0]), tangents[0]
 
 
 gradient_barrier.defvjp(_gradient_barrier_forward, _gradient_barrier_backward)

@@ -90,6 +90,12 @@ def bidirectional_chunk_scan(q, k, u, forward_gate, log_decay, chunk_size: int =
   if with_key_sums and initial_states is not None:
     raise ValueError("initial_states carry no key sums: carry a channel of ones instead of "
                      "with_key_sums.")
+  if initial_states is not None:
+    expected = (batch, heads, q.shape[-1], u.shape[-1])
+    shapes = [tuple(getattr(state, "shape", ())) for state in initial_states]
+    if len(shapes) != 2 or any(shape != expected for shape in shapes):
+      raise ValueError(f"initial_states: expected two [B, H, K, E] = {list(expected)} states "
+                       f"(from the left, from the right), got shapes {shapes}")
   # [2B, H, K, E] in the state pass's order: the forward direction's, then the backward's.
   initial = None if initial_states is None else jnp.concatenate(initial_states)
   chunk = max(1, min(chunk_size, length))

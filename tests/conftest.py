@@ -4,6 +4,7 @@ variable; 12% off the subprocess-heavy files cold), and no global float64 (tests
 use `jax.enable_x64(True)`)."""
 
 import os
+from pathlib import Path
 
 import jax
 import pytest
@@ -27,4 +28,8 @@ LONG_FILES_FIRST = ("test_multihost.py", "test_sweep.py", "test_xla_cpu_crashes.
 
 
 def pytest_collection_modifyitems(config, items):
+  missing = [name for name in LONG_FILES_FIRST if not (Path(__file__).parent / name).exists()]
+  if missing:  # a renamed file would silently lose its place at the front
+    raise pytest.UsageError(f"tests/conftest.py LONG_FILES_FIRST names {', '.join(missing)}, "
+                            "which tests/ does not have: rename them there too")
   items.sort(key=lambda item: item.path.name not in LONG_FILES_FIRST)  # stable: files stay whole

@@ -234,6 +234,13 @@ def test_the_arithmetic_count_is_what_xla_counts(overrides, low, high):
   assert low <= ratio <= high
 
 
+def test_the_arithmetic_table_states_the_listops_ratio_and_names_unknown_presets(capsys):
+  arithmetic.main(["--tasks", "listops"])
+  assert "| listops | 196,608 | 172,032 | 368,640 | 45,440 | 8.1x |" in capsys.readouterr().out
+  with pytest.raises(SystemExit, match="--tasks lisops: no such preset; choose from listops"):
+    arithmetic.main(["--tasks", "lisops"])
+
+
 def test_the_arithmetic_count_refuses_what_it_does_not_count():
   for config, field in ((preset("listops", form="attention"), "model.form"),
                         (preset("image", scan_order="snake"), "model.form"),
@@ -317,6 +324,16 @@ def test_the_gradient_barrier_passes_values_and_gradients_exactly(dtype):
                                                          np.asarray(b, np.float64))  # NaN == NaN
       exact(value, x)
       exact(gradient, cotangent)
+
+
+def test_a_gradient_of_a_gradient_passes_the_barrier():
+  """Reverse mode over reverse mode (a gradient penalty): the barrier's loop, which JAX cannot
+  reverse, declares its tangent linear, so the second gradient is the one without it."""
+  x = jax.random.normal(jax.random.key(0), (3, 4))
+  def penalty(barrier):
+    inner = jax.grad(lambda y: jnp.sum(jnp.sin(barrier(y)) ** 2))
+    return jax.jit(jax.grad(lambda y: jnp.sum(inner(y) ** 2)))(x)
+  np.testing.assert_array_equal(penalty(blocks.gradient_barrier), penalty(lambda y: y))
 
 
 @pytest.mark.parametrize("baseline", [

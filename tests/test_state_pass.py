@@ -109,13 +109,15 @@ def test_initial_states_enter_the_kernels_own_state_pass(groups, dtype, gates, s
                                atol=tolerance * np.max(np.abs(expected)))
 
 
-def test_initial_states_refuse_key_sums_naming_the_way_out():
+def test_initial_states_refuse_key_sums_and_wrong_shapes_naming_the_way_out():
   q = k = jnp.ones((1, 8, 1, 2))
   u, gates = jnp.ones((1, 8, 1, 3)), -jnp.ones((1, 8, 1, 1))
   state = jnp.zeros((1, 1, 2, 3))
   with pytest.raises(ValueError, match="initial_states.*channel of ones"):
     chunkwise.bidirectional_chunk_scan(q, k, u, gates, gates, 4, with_key_sums=True,
                                        initial_states=(state, state))
+  with pytest.raises(ValueError, match=r"initial_states: expected two \[B, H, K, E\] = \[1, 1, 2, 3\]"):
+    chunkwise.bidirectional_chunk_scan(q, k, u, gates, gates, 4, initial_states=(state, state.T))
 
 
 @functools.lru_cache(maxsize=None)
