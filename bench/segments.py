@@ -34,6 +34,7 @@ import gc
 import gzip
 import json
 import pathlib
+import re
 import sys
 import tempfile
 import time
@@ -46,7 +47,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 import harness  # noqa: E402
 import packing as packing_bench  # noqa: E402
 import train_step  # noqa: E402
-from lion_jax import recomputed  # noqa: E402
+from lion_jax import factored, fused_chunks, recomputed  # noqa: E402
 from lra.data import packing  # noqa: E402
 
 # variant:residuals[:S]:layout, most informative first (a run cut short keeps the first ones).
@@ -179,14 +180,24 @@ def parse_case(text: str) -> dict:
   if len(parts) == 3:
     parts.insert(2, "")
   variant, residuals, segment, layout = parts if len(parts) == 4 else ("", "", "", "")
+  variant, _, kernel = variant.partition("+")
   variant, _, chunk = variant.partition("@")
   if (layout not in ("padded", "packed") or (segment and residuals != "recomputed")
-      or (chunk and not (chunk.isdigit() and int(chunk) > 0 and residuals))):
-    raise SystemExit(f"--cases {text!r}: expected variant[@C]:residuals[:S]:padded|packed, with "
-                     "S (a number, auto or max) only for residuals=recomputed and C (a positive "
-                     "number) only for LION (a variant with residuals)")
+      or (chunk and not (chunk.isdigit() and int(chunk) > 0 and residuals))
+      or not _FUSED.fullmatch(kernel) or (kernel and not residuals)):
+    raise SystemExit(f"--cases {text!r}: expected variant[@C][+fused[/E'/W]]:residuals[:S]:"
+                     "padded|packed, with S (a number, auto or max) only for "
+                     "residuals=recomputed, and C (a positive number) and +fused (the fused "
+                     "Pallas chunk kernels, E' channels a program and W warps) only for LION (a "
+                     "variant with residuals)")
+  fused = _FUSED.fullmatch(kernel)
   return dict(variant=variant, residuals=residuals, segment=segment or "auto", layout=layout,
-              chunk_size=int(chunk) if chunk else None)
+              chunk_size=int(chunk) if chunk else None, fused=bool(kernel),
+              channel_block=int(fused[1]) if fused[1] else None,
+              num_warps=int(fused[2]) if fused[2] else None)
+
+
+_FUSED = re.compile(r"(?:fused(?:/(\d+)/(\d+))?)?")
 
 
 def main(argv=None):
@@ -218,7 +229,9 @@ def main(argv=None):
   print(f"{harness.device_label()}: {args.task}, batch {args.batch}, L = {seq_len}", flush=True)
   records = []
   for spec in cases:
-    label = (f"{spec['variant']}{'@' + str(spec['chunk_size']) if spec['chunk_size'] else ''} "
+    label = (f"{spec['variant']}{'@' + str(spec['chunk_size']) if spec['chunk_size'] else ''}"
+             f"{'+fused' if spec['fused'] else ''}"
+             f"{'/%s/%s' % (spec['channel_block'], spec['num_warps']) if spec['channel_block'] else ''} "
              f"{spec['residuals'] or '-'} "
              f"S={spec['segment'] if spec['residuals'] == 'recomputed' else '-'} {spec['layout']}")
     if time.monotonic() - start > args.budget_s:
@@ -230,7 +243,8 @@ def main(argv=None):
     del padded, packed
     case.name = label
     case.info.update({key: value for key, value in spec.items() if value is not None})
-    with segment_tokens(spec["segment"]):
+    fused_chunks.CHANNEL_BLOCK, fused_chunks.NUM_WARPS = spec["channel_block"], spec["num_warps"]
+    with segment_tokens(spec["segment"]), factored.fused_kernels(spec["fused"]):
       if spec["residuals"] == "recomputed":
         # Padded Retrieval runs both documents of an example through the tower: 2B rows.
         rows = (case.info["rows"] if spec["layout"] == "packed"
@@ -239,6 +253,11 @@ def main(argv=None):
         case.info["segment_tokens"] = recomputed.segment_length(
             rows, length, spec["chunk_size"] or base.model.chunk_size)
       runnable = harness.compile_within_budget([case], args.mem_budget_gb)
+      if runnable and jax.default_backend() == "gpu":
+        # What reached the compiled step: its Pallas kernel calls (XLA:GPU's own Triton
+        # fusions carry other names).
+        case.result["pallas_calls"] = runnable[0].compiled.as_text().count(
+            "__gpu$xla.gpu.triton")
       harness.time_cases(runnable, repeats=args.repeats, budget_s=args.case_budget_s,
                          min_repeats=2)
     if runnable and args.profile_steps:

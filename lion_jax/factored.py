@@ -25,10 +25,33 @@ chunks recomputed on the side.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 
 import jax
 import jax.numpy as jnp
+
+from lion_jax import fused_chunks
+
+# Whether calls traced now run the per-chunk products as fused Pallas kernels
+# (`lion_jax.fused_chunks`) instead of XLA array ops; `fused_kernels` sets it.
+_FUSED = contextvars.ContextVar("fused_chunk_kernels", default=False)
+
+
+@contextlib.contextmanager
+def fused_kernels(enabled: bool = True):
+  """Within this context, vector-decay `chunk_scan` calls traced use the fused Pallas kernels.
+
+  Same values as the array-op kernel (the same formulas, one chunk per program); on a GPU C, K
+  and E must be powers of two of at least 16 (`fused_chunks.check_shapes`). Experimental: read
+  while tracing, so it applies to functions jitted inside the context.
+  """
+  token = _FUSED.set(enabled)
+  try:
+    yield
+  finally:
+    _FUSED.reset(token)
 
 
 def factored_chunks(q, k, u, fwd, bwd, slots, *, entering_states, limit: float, exact_chunks,
@@ -53,12 +76,17 @@ def factored_chunks(q, k, u, fwd, bwd, slots, *, entering_states, limit: float, 
   Returns:
     [B, H, N, C, E] outputs.
   """
-  return _factored(entering_states, limit, exact_chunks, q, k, u, fwd, bwd, slots, initial)
+  fused = _FUSED.get()
+  if fused and jax.default_backend() == "gpu":
+    fused_chunks.check_shapes(q.shape[-2], q.shape[-1], u.shape[-1])
+  return _factored(entering_states, limit, exact_chunks, fused, q, k, u, fwd, bwd, slots,
+                   initial)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2))
-def _factored(entering_states, limit, exact_chunks, q, k, u, fwd, bwd, slots, initial):
-  return _forward(entering_states, limit, exact_chunks, q, k, u, fwd, bwd, slots, initial)[0]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2, 3))
+def _factored(entering_states, limit, exact_chunks, fused, q, k, u, fwd, bwd, slots, initial):
+  return _forward(entering_states, limit, exact_chunks, fused, q, k, u, fwd, bwd, slots,
+                  initial)[0]
 
 
 def _factors(fwd, bwd, limit):
@@ -123,77 +151,60 @@ def _add(x, slots, values):
   return flat.at[slots].add(values.astype(x.dtype), mode="drop").reshape(x.shape)
 
 
-def _forward(entering_states, limit, exact_chunks, q, k, u, fwd, bwd, slots, initial):
+def _forward(entering_states, limit, exact_chunks, fused, q, k, u, fwd, bwd, slots, initial):
   """Outputs, and what the backward pass keeps: the operands and the entering states."""
-  fwd_mid, bwd_mid, fwd_total, bwd_total, to_left, to_right, from_left, from_right = _factors(
-      fwd, bwd, limit)
-  x, y = to_left * u, to_right * u  # [B, H, N, C, E]
-  per_chunk = lambda log_scale: jnp.exp(log_scale)[..., None, :]  # [B, H, N, 1, E], all ≤ 1
-  enter_forward, enter_backward = _entering(entering_states, limit, exact_chunks, q, k, u, fwd,
-                                            bwd, slots, initial)
+  enter_forward, enter_backward = _entering(entering_states, limit, exact_chunks, fused, q, k, u,
+                                            fwd, bwd, slots, initial)
   steep = [_gather(a, slots) for a in (q, k, u, fwd, bwd)]  # [P, C, X]
-
-  scores = jnp.einsum("bhnrk,bhnck->bhnrc", q, k)  # [B, H, N, C, C]
-  lower_mask, upper_mask = _masks(scores.shape[-1])
-  lower = (jnp.einsum("bhnrc,bhnce->bhnre", jnp.where(lower_mask, scores, 0.0), x)
-           + jnp.einsum("bhnrk,bhnke->bhnre", q, per_chunk(fwd_mid) * enter_forward))
-  upper = (jnp.einsum("bhnrc,bhnce->bhnre", jnp.where(upper_mask, scores, 0.0), y)
-           + jnp.einsum("bhnrk,bhnke->bhnre", q, per_chunk(bwd_total - bwd_mid) * enter_backward))
-  out = from_left * lower + from_right * upper + _diagonal(scores) * u
+  if fused:
+    out = fused_chunks.chunk_outputs(q, k, u, fwd, bwd, enter_forward, enter_backward,
+                                     limit=limit)
+  else:
+    out = _outputs(limit, q, k, u, fwd, bwd, enter_forward, enter_backward)
   steep_out, _ = exact_chunks(*steep, _gather(enter_forward, slots),
                               _gather(enter_backward, slots))
   out = _set(out, slots, steep_out)
   return out, (q, k, u, fwd, bwd, slots, enter_forward, enter_backward, initial)
 
 
-def _forward_rule(entering_states, limit, exact_chunks, q, k, u, fwd, bwd, slots, initial):
-  return _forward(entering_states, limit, exact_chunks, q, k, u, fwd, bwd, slots, initial)
+def _outputs(limit, q, k, u, fwd, bwd, enter_forward, enter_backward):
+  """[B, H, N, C, E] every chunk's factored products (finite, not exact, on steep chunks)."""
+  fwd_mid, bwd_mid, _, bwd_total, to_left, to_right, from_left, from_right = _factors(
+      fwd, bwd, limit)
+  x, y = to_left * u, to_right * u  # [B, H, N, C, E]
+  per_chunk = lambda log_scale: jnp.exp(log_scale)[..., None, :]  # [B, H, N, 1, E], all ≤ 1
+  scores = jnp.einsum("bhnrk,bhnck->bhnrc", q, k)  # [B, H, N, C, C]
+  lower_mask, upper_mask = _masks(scores.shape[-1])
+  lower = (jnp.einsum("bhnrc,bhnce->bhnre", jnp.where(lower_mask, scores, 0.0), x)
+           + jnp.einsum("bhnrk,bhnke->bhnre", q, per_chunk(fwd_mid) * enter_forward))
+  upper = (jnp.einsum("bhnrc,bhnce->bhnre", jnp.where(upper_mask, scores, 0.0), y)
+           + jnp.einsum("bhnrk,bhnke->bhnre", q, per_chunk(bwd_total - bwd_mid) * enter_backward))
+  return from_left * lower + from_right * upper + _diagonal(scores) * u
 
 
-def _backward_rule(entering_states, limit, exact_chunks, saved, grad):
+def _forward_rule(entering_states, limit, exact_chunks, fused, q, k, u, fwd, bwd, slots,
+                  initial):
+  return _forward(entering_states, limit, exact_chunks, fused, q, k, u, fwd, bwd, slots,
+                  initial)
+
+
+def _backward_rule(entering_states, limit, exact_chunks, fused, saved, grad):
   """Gradients with respect to q, k, u, F, A and the initial states from the output cotangent
   `grad`."""
   q, k, u, fwd, bwd, slots, enter_forward, enter_backward, initial = saved
-  fwd_mid, bwd_mid, fwd_total, bwd_total, to_left, to_right, from_left, from_right = _factors(
-      fwd, bwd, limit)
-  x, y = to_left * u, to_right * u
-  per_chunk = lambda log_scale: jnp.exp(log_scale)[..., None, :]
-  state_forward = per_chunk(fwd_mid) * enter_forward  # e^{R} S→
-  state_backward = per_chunk(bwd_total - bwd_mid) * enter_backward  # e^{Ā − R'} S←
-  scores = jnp.einsum("bhnrk,bhnck->bhnrc", q, k)
-  lower_mask, upper_mask = _masks(scores.shape[-1])
-  lower_scores = jnp.where(lower_mask, scores, 0.0)
-  upper_scores = jnp.where(upper_mask, scores, 0.0)
+  fwd_total, bwd_total = fwd[..., -1, :], bwd[..., -1, :]  # [B, H, N, E]
 
   # The steep chunks' outputs came from `exact_chunks`: their cotangent goes there, and the
   # factored products (finite, but not theirs) see zeros.
   steep = [_gather(a, slots) for a in (q, k, u, fwd, bwd)]
   steep_grad = _gather(grad, slots)
   grad = _set(grad, slots, jnp.zeros_like(steep_grad))
-
-  lower_grad, upper_grad = from_left * grad, from_right * grad  # [B, H, N, C, E]
-  lower = (jnp.einsum("bhnrc,bhnce->bhnre", lower_scores, x)
-           + jnp.einsum("bhnrk,bhnke->bhnre", q, state_forward))
-  upper = (jnp.einsum("bhnrc,bhnce->bhnre", upper_scores, y)
-           + jnp.einsum("bhnrk,bhnke->bhnre", q, state_backward))
-  d_fwd = from_left * lower * grad  # through e^{F_r − R}
-  d_bwd = -(from_right * upper * grad)  # through e^{R' − A_r}
-  d_scores = (jnp.where(lower_mask, jnp.einsum("bhnre,bhnce->bhnrc", lower_grad, x), 0.0)
-              + jnp.where(upper_mask, jnp.einsum("bhnre,bhnce->bhnrc", upper_grad, y), 0.0)
-              + jnp.eye(scores.shape[-1], dtype=scores.dtype)
-              * jnp.sum(grad * u, axis=-1, keepdims=True))  # s_rr u_r
-  d_x = jnp.einsum("bhnrc,bhnre->bhnce", lower_scores, lower_grad)
-  d_y = jnp.einsum("bhnrc,bhnre->bhnce", upper_scores, upper_grad)
-  d_q = (jnp.einsum("bhnrc,bhnck->bhnrk", d_scores, k)
-         + jnp.einsum("bhnre,bhnke->bhnrk", lower_grad, state_forward)
-         + jnp.einsum("bhnre,bhnke->bhnrk", upper_grad, state_backward))
-  d_k = jnp.einsum("bhnrc,bhnrk->bhnck", d_scores, q)
-  d_u = _diagonal(scores) * grad
-  d_state_forward = jnp.einsum("bhnrk,bhnre->bhnke", q, lower_grad)  # d(e^{R} S→)
-  d_state_backward = jnp.einsum("bhnrk,bhnre->bhnke", q, upper_grad)
-  d_bwd_total = jnp.sum(state_backward * d_state_backward, axis=-2)  # through e^{Ā − R'}
-  d_enter_forward = per_chunk(fwd_mid) * d_state_forward
-  d_enter_backward = per_chunk(bwd_total - bwd_mid) * d_state_backward
+  if fused:
+    d_enter_forward, d_enter_backward = fused_chunks.entering_grads(q, fwd, bwd, grad,
+                                                                    limit=limit)
+  else:
+    products = _output_grads(limit, q, k, u, fwd, bwd, enter_forward, enter_backward, grad)
+    d_enter_forward, d_enter_backward = products[-2:]
 
   # The steep chunks' outputs: their share of every gradient, entering states included.
   _, pull_outputs = jax.vjp(lambda *a: exact_chunks(*a)[0], *steep,
@@ -223,6 +234,68 @@ def _backward_rule(entering_states, limit, exact_chunks, saved, grad):
   steep_grads = [a + b for a, b in zip(steep_grads, pull_leaving(steep_d_leaving))]
   d_forward_leaving = _set(d_forward_leaving, slots, jnp.zeros_like(steep_d_leaving[0]))
   d_backward_leaving = _set(d_backward_leaving, slots, jnp.zeros_like(steep_d_leaving[1]))
+  if fused:
+    grads = fused_chunks.chunk_grads(q, k, u, fwd, bwd, enter_forward, enter_backward, grad,
+                                     d_forward_leaving, d_backward_leaving, d_fwd_scan,
+                                     d_bwd_scan, limit=limit)
+  else:
+    grads = _leaving_grads(limit, k, u, fwd, bwd, *products[:-2], d_forward_leaving,
+                           d_backward_leaving, d_fwd_scan, d_bwd_scan)
+  grads = [_add(d, slots, s) for d, s in zip(grads, steep_grads[:5])]
+  return (*grads, None, d_initial)
+
+
+def _output_grads(limit, q, k, u, fwd, bwd, enter_forward, enter_backward, grad):
+  """The factored products' gradients from the output cotangent (zero on steep chunks).
+
+  Returns:
+    [B, H, N, C, ·] d q, d k, d u, d F, d A, d x, d y (x = e^{R − F} u, y = e^{A − R'} u),
+    [B, H, N, E] d Ā so far, and [B, H, N, K, E] d S→, d S←.
+  """
+  fwd_mid, bwd_mid, _, bwd_total, to_left, to_right, from_left, from_right = _factors(
+      fwd, bwd, limit)
+  x, y = to_left * u, to_right * u
+  per_chunk = lambda log_scale: jnp.exp(log_scale)[..., None, :]
+  state_forward = per_chunk(fwd_mid) * enter_forward  # e^{R} S→
+  state_backward = per_chunk(bwd_total - bwd_mid) * enter_backward  # e^{Ā − R'} S←
+  scores = jnp.einsum("bhnrk,bhnck->bhnrc", q, k)
+  lower_mask, upper_mask = _masks(scores.shape[-1])
+  lower_scores = jnp.where(lower_mask, scores, 0.0)
+  upper_scores = jnp.where(upper_mask, scores, 0.0)
+
+  lower_grad, upper_grad = from_left * grad, from_right * grad  # [B, H, N, C, E]
+  lower = (jnp.einsum("bhnrc,bhnce->bhnre", lower_scores, x)
+           + jnp.einsum("bhnrk,bhnke->bhnre", q, state_forward))
+  upper = (jnp.einsum("bhnrc,bhnce->bhnre", upper_scores, y)
+           + jnp.einsum("bhnrk,bhnke->bhnre", q, state_backward))
+  d_fwd = from_left * lower * grad  # through e^{F_r − R}
+  d_bwd = -(from_right * upper * grad)  # through e^{R' − A_r}
+  d_scores = (jnp.where(lower_mask, jnp.einsum("bhnre,bhnce->bhnrc", lower_grad, x), 0.0)
+              + jnp.where(upper_mask, jnp.einsum("bhnre,bhnce->bhnrc", upper_grad, y), 0.0)
+              + jnp.eye(scores.shape[-1], dtype=scores.dtype)
+              * jnp.sum(grad * u, axis=-1, keepdims=True))  # s_rr u_r
+  d_x = jnp.einsum("bhnrc,bhnre->bhnce", lower_scores, lower_grad)
+  d_y = jnp.einsum("bhnrc,bhnre->bhnce", upper_scores, upper_grad)
+  d_q = (jnp.einsum("bhnrc,bhnck->bhnrk", d_scores, k)
+         + jnp.einsum("bhnre,bhnke->bhnrk", lower_grad, state_forward)
+         + jnp.einsum("bhnre,bhnke->bhnrk", upper_grad, state_backward))
+  d_k = jnp.einsum("bhnrc,bhnrk->bhnck", d_scores, q)
+  d_u = _diagonal(scores) * grad
+  d_state_forward = jnp.einsum("bhnrk,bhnre->bhnke", q, lower_grad)  # d(e^{R} S→)
+  d_state_backward = jnp.einsum("bhnrk,bhnre->bhnke", q, upper_grad)
+  d_bwd_total = jnp.sum(state_backward * d_state_backward, axis=-2)  # through e^{Ā − R'}
+  d_enter_forward = per_chunk(fwd_mid) * d_state_forward
+  d_enter_backward = per_chunk(bwd_total - bwd_mid) * d_state_backward
+  return d_q, d_k, d_u, d_fwd, d_bwd, d_x, d_y, d_bwd_total, d_enter_forward, d_enter_backward
+
+
+def _leaving_grads(limit, k, u, fwd, bwd, d_q, d_k, d_u, d_fwd, d_bwd, d_x, d_y, d_bwd_total,
+                   d_forward_leaving, d_backward_leaving, d_fwd_scan, d_bwd_scan):
+  """`_output_grads`' d q, d k, d u, d F, d A completed with the leaving states' share (the state
+  pass's gradients d_*_leaving, zero on steep chunks, and d_*_scan of the totals)."""
+  fwd_mid, bwd_mid, fwd_total, _, to_left, to_right, _, _ = _factors(fwd, bwd, limit)
+  x, y = to_left * u, to_right * u
+  per_chunk = lambda log_scale: jnp.exp(log_scale)[..., None, :]
   forward_products = jnp.einsum("bhnck,bhnce->bhnke", k, x)  # Σ_c k_c x_cᵀ
   backward_products = jnp.einsum("bhnck,bhnce->bhnke", k, y)
   d_forward_products = per_chunk(fwd_total - fwd_mid) * d_forward_leaving
@@ -240,8 +313,7 @@ def _backward_rule(entering_states, limit, exact_chunks, saved, grad):
   d_bwd = d_bwd + y * d_y
   d_fwd = d_fwd.at[..., -1, :].add(d_fwd_total)  # F̄ = F at the chunk's last token
   d_bwd = d_bwd.at[..., -1, :].add(d_bwd_total)
-  grads = [_add(d, slots, s) for d, s in zip((d_q, d_k, d_u, d_fwd, d_bwd), steep_grads[:5])]
-  return (*grads, None, d_initial)
+  return d_q, d_k, d_u, d_fwd, d_bwd
 
 
 def _states_backward(entering_states, fwd_total, bwd_total, enter_forward, enter_backward,
@@ -267,17 +339,22 @@ def _states_backward(entering_states, fwd_total, bwd_total, enter_forward, enter
 
 
 
-def _entering(entering_states, limit, exact_chunks, q, k, u, fwd, bwd, slots, initial=None):
+def _entering(entering_states, limit, exact_chunks, fused, q, k, u, fwd, bwd, slots,
+              initial=None):
   """[B, H, N, K, E] the states entering each chunk from the left and from the right.
 
   The steep chunks' leaving states come from `exact_chunks` with zero entering states (they do
   not depend on them).
   """
-  fwd_mid, bwd_mid, fwd_total, bwd_total, to_left, to_right, _, _ = _factors(fwd, bwd, limit)
-  per_chunk = lambda log_scale: jnp.exp(log_scale)[..., None, :]
-  forward_leaving = per_chunk(fwd_total - fwd_mid) * jnp.einsum("bhnck,bhnce->bhnke", k,
-                                                                to_left * u)
-  backward_leaving = per_chunk(bwd_mid) * jnp.einsum("bhnck,bhnce->bhnke", k, to_right * u)
+  fwd_total, bwd_total = fwd[..., -1, :], bwd[..., -1, :]  # [B, H, N, E]
+  if fused:
+    forward_leaving, backward_leaving = fused_chunks.leaving_states(k, u, fwd, bwd, limit=limit)
+  else:
+    fwd_mid, bwd_mid, _, _, to_left, to_right, _, _ = _factors(fwd, bwd, limit)
+    per_chunk = lambda log_scale: jnp.exp(log_scale)[..., None, :]
+    forward_leaving = per_chunk(fwd_total - fwd_mid) * jnp.einsum("bhnck,bhnce->bhnke", k,
+                                                                  to_left * u)
+    backward_leaving = per_chunk(bwd_mid) * jnp.einsum("bhnck,bhnce->bhnke", k, to_right * u)
   steep = [_gather(a, slots) for a in (q, k, u, fwd, bwd)]
   zero_states = jnp.zeros(steep[1].shape[:1] + forward_leaving.shape[3:], u.dtype)
   _, (steep_forward, steep_backward) = exact_chunks(*steep, zero_states, zero_states)

@@ -196,12 +196,18 @@ def test_the_segments_bench_forces_a_segment_length_while_tracing_and_restores_t
     with segments.segment_tokens("auto"):
       assert recomputed.segment_length(50, 2048, 32) == rule
     assert recomputed.segment_length(50, 2048, 32) == rule
+  array_ops = dict(fused=False, channel_block=None, num_warps=None)
   assert segments.parse_case("s5::packed") == dict(variant="s5", residuals="", segment="auto",
-                                                   layout="packed", chunk_size=None)
+                                                   layout="packed", chunk_size=None, **array_ops)
   assert segments.parse_case("lion_s@64:recomputed:max:packed") == dict(
-      variant="lion_s", residuals="recomputed", segment="max", layout="packed", chunk_size=64)
+      variant="lion_s", residuals="recomputed", segment="max", layout="packed", chunk_size=64,
+      **array_ops)
+  assert segments.parse_case("lion_s@64+fused/32/4:stored:packed") == dict(
+      variant="lion_s", residuals="stored", segment="auto", layout="packed", chunk_size=64,
+      fused=True, channel_block=32, num_warps=4)
   for wrong in ("lion_s:stored:512:padded", "s5@64::padded", "lion_s@x:stored:packed",
-                "lion_s@0:stored:packed", "lion_s:stored"):
+                "lion_s@0:stored:packed", "lion_s:stored", "s5+fused::padded",
+                "lion_s+fast:stored:packed", "lion_s+fused/32:stored:packed"):
     with pytest.raises(SystemExit, match="only for residuals=recomputed"):
       segments.parse_case(wrong)
   with pytest.raises(SystemExit, match="'retrieval'.*--data-dir"):  # the bench's own flag

@@ -1,0 +1,149 @@
+"""The vector-decay `chunk_scan` layer with its per-chunk products as fused Pallas kernels
+(`lion_jax.fused_chunks`) against the array-op kernel, forward + backward, in one process.
+
+  python3 bench/fused_chunks.py                      # GPU: ListOps preset shapes, packed and padded
+  python3 bench/fused_chunks.py --shapes 2,256,2,16,16,16 --quick   # CPU: Pallas's interpreter
+
+Each shape B,L,H,K,E,C runs `bidirectional_chunk_scan` (selective-like vector gates, no steep
+chunks) through `jax.value_and_grad` both ways, interleaved; the fused case also for each
+`--fused` block and warp count. First it checks the fused values against the array-op ones on the same device
+(outputs and all five gradients, largest difference relative to the largest value) and, at
+`--check-shape`, both against the float64 array-op kernel on the host CPU, which the test suite
+checks against the definition. Writes fused_chunks.json (bench/results/, `--publish`: docs/bench/).
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import sys
+import time
+import traceback
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+import harness  # noqa: E402
+from lion_jax import chunkwise, factored, fused_chunks  # noqa: E402
+
+# ListOps preset, LION-S: H = 2 heads of K = 64, E = 2V = 128 carried channels (normalize
+# "after" with vector decays), C = 32; 13 packed rows of 4608 tokens and 50 padded of 2048.
+DEFAULT_SHAPES = "13,4608,2,64,128,32;50,2048,2,64,128,32"
+
+
+def inputs(batch, length, heads, key_width, channels, seed=0, dtype=jnp.float32):
+  rng = np.random.default_rng(seed)
+  q = rng.normal(size=(batch, length, heads, key_width)) / np.sqrt(key_width)
+  k = rng.normal(size=(batch, length, heads, key_width))
+  u = rng.normal(size=(batch, length, heads, channels))
+  log_decay = -rng.uniform(1e-3, 0.5, size=(batch, length, heads, channels))
+  forward_gate = np.concatenate([np.zeros_like(log_decay[:, :1]), log_decay[:, :-1]], axis=1)
+  cotangent = rng.normal(size=u.shape)
+  return [jnp.asarray(x, dtype) for x in (q, k, u, forward_gate, log_decay, cotangent)]
+
+
+def layer(chunk, fused):
+  def fn(q, k, u, forward_gate, log_decay, cotangent):
+    def loss(*operands):
+      out, _ = chunkwise.bidirectional_chunk_scan(*operands, chunk_size=chunk)
+      return jnp.sum(out * cotangent), out
+    with factored.fused_kernels(fused):  # read while `fn` is traced
+      (_, out), grads = jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4), has_aux=True)(
+          q, k, u, forward_gate, log_decay)
+    return out, grads
+  return fn
+
+
+def relative_errors(reference, values):
+  flat = lambda tree: jax.tree_util.tree_leaves(tree)
+  wide = lambda x: np.asarray(x, np.float64)
+  return [float(np.max(np.abs(wide(a) - wide(b))) / (np.max(np.abs(wide(a))) + 1e-30))
+          for a, b in zip(flat(reference), flat(values))]
+
+
+def main(argv=None):
+  p = argparse.ArgumentParser(description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+  p.add_argument("--shapes", default=DEFAULT_SHAPES, help="';'-separated B,L,H,K,E,C")
+  p.add_argument("--fused", default="32/4,32/8,64/4,64/8,128/8",
+                 help="comma list of E'/W: channels a program takes and Triton warps per "
+                      "program (GPU), each timed; 'all/default' for Pallas's own choice")
+  p.add_argument("--check-shape", default="2,512,2,64,128,32",
+                 help="B,L,H,K,E,C of the float64 check on the host")
+  harness.add_common_args(p, repeats=7, case_budget_s=30.0, mem_budget_gb=60.0)
+  args = p.parse_args(argv)
+  out_dir, name = harness.output_path(args, "fused_chunks")
+  parse = lambda x: None if not x.isdigit() else int(x)
+  variants = [tuple(map(parse, v.split("/"))) for v in args.fused.split(",") if v]
+  if jax.default_backend() != "gpu":
+    variants = [(None, None)]
+  records, start = [], time.monotonic()
+
+  # Against float64 on the host: both kernels' values, at one shape.
+  shape = [int(x) for x in args.check_shape.split(",")]
+  operands = inputs(*shape[:5])
+  cpu = jax.devices("cpu")[0]
+  with jax.enable_x64(True), jax.default_device(cpu):
+    exact = jax.jit(layer(shape[5], False))(
+        *[jax.device_put(np.asarray(x, np.float64), cpu) for x in operands])
+    exact = jax.tree_util.tree_map(np.asarray, exact)
+  for fused in (False, True):
+    values = jax.jit(layer(shape[5], fused))(*operands)
+    errors = relative_errors(exact, values)
+    records.append(dict(name=f"check {'fused' if fused else 'array ops'} vs float64",
+                        shape=shape, relative_errors=dict(zip(
+                            ("out", "dq", "dk", "du", "dF", "dA"), errors))))
+    print(f"  float64 check, {'fused' if fused else 'array ops'}: "
+          + ", ".join(f"{e:.1e}" for e in errors), flush=True)
+
+  for text in args.shapes.split(";"):
+    shape = [int(x) for x in text.split(",")]
+    batch, length, heads, key_width, channels, chunk = shape
+    if jax.default_backend() == "gpu":
+      fused_chunks.check_shapes(chunk, key_width, channels)
+    operands = inputs(batch, length, heads, key_width, channels)
+    cases = [harness.Case(f"array ops {text}", layer(chunk, False), operands,
+                          info=dict(shape=shape, fused=False))]
+    for block, count in variants:
+      cases.append(harness.Case(f"fused E'={block} w={count} {text}", layer(chunk, True),
+                                operands, info=dict(shape=shape, fused=True, num_warps=count,
+                                                    channel_block=block)))
+    runnable = []
+    for case in cases:
+      fused_chunks.NUM_WARPS = case.info.get("num_warps")
+      fused_chunks.CHANNEL_BLOCK = case.info.get("channel_block")
+      try:
+        harness.compile_case(case)
+      except Exception as error:  # pylint: disable=broad-except  # a kernel Triton refuses
+        traceback.print_exc()
+        case.result["skipped"] = f"compile failed: {type(error).__name__}: {str(error)[:2000]}"
+        continue
+      runnable.append(case)
+    reference = runnable[0].compiled(*operands) if runnable and not runnable[0].info["fused"] \
+        else None
+    for case in runnable[1:]:
+      if reference is not None:
+        case.result["relative_errors_vs_array_ops"] = relative_errors(
+            reference, case.compiled(*operands))
+    del reference
+    harness.time_cases(runnable, repeats=args.repeats, budget_s=args.case_budget_s)
+    for case in cases:
+      case.compiled = None
+      records.append(harness.record(case))
+      r = records[-1]
+      print(f"  {case.name}: {harness.fmt_ms(r.get('median_s'))} ms, compile "
+            f"{r.get('compile_s', float('nan')):.1f} s, "
+            f"{harness.fmt_bytes(r.get('temp_plus_output_bytes'))}"
+            + (f", vs array ops {['%.1e' % e for e in r['relative_errors_vs_array_ops']]}"
+               if "relative_errors_vs_array_ops" in r else "")
+            + (f" ({r['skipped']})" if "skipped" in r else ""), flush=True)
+    harness.write_json(name, records, out_dir)
+  print(f"wrote {out_dir / (name + '.json')}  ({time.monotonic() - start:.0f} s)")
+
+
+if __name__ == "__main__":
+  main()

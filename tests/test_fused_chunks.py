@@ -1,0 +1,109 @@
+"""The specification of the fused per-chunk kernels (`lion_jax.fused_chunks`): under
+`factored.fused_kernels()` the vector-decay `chunk_scan` keeps the float64 definition, values and
+gradients, on the factored chunks, the steep ones beside them and from initial states; and the
+kernels stay within what Pallas's Triton lowering takes, checked without a GPU."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from lion_jax import chunkwise, factored, fused_chunks, lion_attention
+from tests.reference import reference_lion
+from tests.test_lion_attention import make_inputs
+
+
+def _pallas_calls(fn, *args):
+  return str(jax.make_jaxpr(fn)(*args)).count("pallas_call")
+
+
+@pytest.mark.parametrize("channel_block", [None, 4], ids=["all_channels", "channel_blocks"])
+def test_fused_kernels_keep_the_definition_with_gradients(channel_block, monkeypatch):
+  """float64, selective vector decays with a steep token, padded keys, L = 45 over chunks of
+  8: outputs equal the direct sum, gradients the full form's; with E = 2V = 8 carried channels
+  taken whole or in blocks of 4 (d q and d k then sum the blocks' shares)."""
+  monkeypatch.setattr(fused_chunks, "CHANNEL_BLOCK", channel_block)
+  q, k, v, log_decay, key_mask = make_inputs(45, "selective_vector", seed=3, low=0.7)
+  # Five tokens of one chunk span more than 2W in float64 (each counts −W/2 at most): that
+  # chunk is recomputed exactly beside the factored ones.
+  log_decay[1, 17:22, 0] = -800.0
+  weights = np.random.default_rng(4).normal(size=v.shape)
+
+  def loss(form, q, k, v, log_decay):
+    out = lion_attention(q, k, v, log_decay, form=form, normalize="after", key_mask=key_mask,
+                         chunk_size=8)
+    return jnp.sum(out * weights), out
+
+  with jax.enable_x64(True):
+    args = [jnp.asarray(x) for x in (q, k, v, log_decay)]
+    limit = chunkwise.factored_exponent_limit(jnp.float64)
+    gates = jnp.pad(jnp.maximum(args[3], -0.5 * limit), [(0, 0), (0, 3), (0, 0), (0, 0)])
+    assert int(chunkwise.steep_chunks(gates, gates, 8, limit).sum()) == 1
+    fused = jax.value_and_grad(functools.partial(loss, "chunk_scan"), argnums=range(4),
+                               has_aux=True)
+    with factored.fused_kernels():
+      assert _pallas_calls(fused, *args) == 4  # leaving, outputs, entering grads, chunk grads
+      (_, out), grads = jax.jit(fused)(*args)
+    (_, _), expected_grads = jax.value_and_grad(functools.partial(loss, "attention"),
+                                                argnums=range(4), has_aux=True)(*args)
+  expected = reference_lion(q, k, v, log_decay, normalize="after", key_mask=key_mask)
+  np.testing.assert_allclose(out, expected, rtol=1e-10, atol=1e-10)
+  for name, got, want in zip("q k v log_decay".split(), grads, expected_grads):
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9 * np.abs(want).max(),
+                               err_msg=f"d/d{name}")
+
+
+def test_fused_kernels_equal_the_array_op_kernel_from_initial_states():
+  """The same values as the array-op kernel, with initial states (their gradient included), a
+  steep chunk on the side, and float32 operands."""
+  rng = np.random.default_rng(5)
+  batch, length, heads, key, channels = 2, 40, 2, 4, 6
+  q, k = (rng.uniform(0.1, 1.0, (batch, length, heads, key)) for _ in range(2))
+  u, weights = (rng.normal(size=(batch, length, heads, channels)) for _ in range(2))
+  f, a = (-rng.exponential(0.05, (batch, length, heads, channels)) for _ in range(2))
+  a[0, 8:14, 0] = -60.0  # spans more than 2W = 240 once clipped at −W/2 each: steep
+  initial = tuple(rng.normal(size=(batch, heads, key, channels)) for _ in range(2))
+  args = [jnp.asarray(x, jnp.float32) for x in (q, k, u, f, a)] + [
+      tuple(jnp.asarray(s, jnp.float32) for s in initial)]
+
+  def loss(q, k, u, f, a, initial):
+    out, _ = chunkwise.bidirectional_chunk_scan(q, k, u, f, a, 8, initial_states=initial)
+    return jnp.sum(out * weights)
+
+  grad = jax.value_and_grad(loss, argnums=range(6))
+  expected = jax.jit(grad)(*args)
+  with factored.fused_kernels():
+    got = jax.jit(jax.value_and_grad(loss, argnums=range(6)))(*args)
+  for g, e in zip(jax.tree.leaves(got), jax.tree.leaves(expected)):
+    np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-5 * np.max(np.abs(e)))
+
+
+def test_fused_kernels_lower_through_triton_without_a_gpu(monkeypatch):
+  """Lowered for CUDA from this machine: every kernel passes Pallas's Triton lowering rules
+  (2-D dots with transposes, 1-D iotas, row reductions), the forward and backward's four
+  kernels appear as Triton calls. (What Triton's compiler then does needs the GPU:
+  bench/fused_chunks.py.)"""
+  monkeypatch.setattr(fused_chunks, "_interpret", lambda: False)
+  monkeypatch.setattr(fused_chunks, "CHANNEL_BLOCK", 32)
+  shapes = [(1, 64, 1, 16), (1, 64, 1, 16), (1, 64, 1, 64), (1, 64, 1, 64), (1, 64, 1, 64)]
+  args = [jnp.full(shape, -0.1) for shape in shapes]
+  def loss(*operands):
+    return jnp.sum(chunkwise.bidirectional_chunk_scan(*operands, 32)[0])
+  with factored.fused_kernels():
+    lowered = jax.jit(jax.grad(loss, argnums=range(5))).trace(*args).lower(
+        lowering_platforms=("cuda",))
+  assert lowered.as_text().count("__gpu$xla.gpu.triton") == 4
+
+
+def test_gpu_shapes_are_checked_naming_the_fields(monkeypatch):
+  fused_chunks.check_shapes(32, 64, 128)
+  monkeypatch.setattr(fused_chunks, "CHANNEL_BLOCK", 8)
+  with pytest.raises(ValueError, match="E′ .CHANNEL_BLOCK. = 8"):
+    fused_chunks.check_shapes(32, 64, 128)
+  monkeypatch.setattr(fused_chunks, "CHANNEL_BLOCK", None)
+  with pytest.raises(ValueError, match="chunk length C = 24.*model.chunk_size"):
+    fused_chunks.check_shapes(24, 64, 128)
+  with pytest.raises(ValueError, match="carried channels E = 8"):
+    fused_chunks.check_shapes(32, 64, 8)
