@@ -44,8 +44,10 @@ def fused_kernels(enabled: bool = True):
   """Within this context, vector-decay `chunk_scan` calls traced use the fused Pallas kernels.
 
   Same values as the array-op kernel (the same formulas, one chunk per program); on a GPU C, K
-  and E must be powers of two of at least 16 (`fused_chunks.check_shapes`). Experimental: read
-  while tracing, so it applies to functions jitted inside the context.
+  and E must be powers of two of at least 16 (`fused_chunks.check_shapes`). Experimental. Read
+  while tracing: it decides for functions first traced (called or lowered) inside the context;
+  a jitted function traced before keeps the kernel it was traced with, since JAX's trace cache
+  does not see this setting, so jit a fresh function (as `bench/segments.py` does per case).
   """
   token = _FUSED.set(enabled)
   try:

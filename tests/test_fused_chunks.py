@@ -19,7 +19,10 @@ def _pallas_calls(fn, *args):
   return str(jax.make_jaxpr(fn)(*args)).count("pallas_call")
 
 
-@pytest.mark.parametrize("channel_block", [None, 4], ids=["all_channels", "channel_blocks"])
+# make test keeps the blocked case (it also sums the blocks' d q, d k); all channels in one
+# program, and initial states through the fused path, run in make test-all.
+@pytest.mark.parametrize("channel_block", [pytest.param(None, marks=pytest.mark.slow), 4],
+                         ids=["all_channels", "channel_blocks"])
 def test_fused_kernels_keep_the_definition_with_gradients(channel_block, monkeypatch):
   """float64, selective vector decays with a steep token, padded keys, L = 45 over chunks of
   8: outputs equal the direct sum, gradients the full form's; with E = 2V = 8 carried channels
@@ -55,6 +58,7 @@ def test_fused_kernels_keep_the_definition_with_gradients(channel_block, monkeyp
                                err_msg=f"d/d{name}")
 
 
+@pytest.mark.slow
 def test_fused_kernels_equal_the_array_op_kernel_from_initial_states():
   """The same values as the array-op kernel, with initial states (their gradient included), a
   steep chunk on the side, and float32 operands."""
