@@ -79,6 +79,12 @@ def main(argv=None):
   out_dir, name = harness.output_path(args, "fused_chunks")
   parse = lambda x: None if not x.isdigit() else int(x)
   variants = [tuple(map(parse, v.split("/"))) for v in args.fused.split(",") if v]
+  if any(len(v) != 2 for v in variants):
+    raise SystemExit(f"--fused {args.fused!r}: expected a comma list of E'/W, e.g. 32/4,64/8 "
+                     "('all' or 'default' for Pallas's own choice)")
+  for text in [args.check_shape] + args.shapes.split(";"):
+    if len(text.split(",")) != 6 or not all(x.isdigit() for x in text.split(",")):
+      raise SystemExit(f"--shapes/--check-shape {text!r}: expected six numbers B,L,H,K,E,C")
   if jax.default_backend() != "gpu":
     variants = [(None, None)]
   records, start = [], time.monotonic()
