@@ -105,6 +105,11 @@ def bidirectional_chunk_scan(q, k, u, forward_gate, log_decay, chunk_size: int =
   unchunk = lambda x: _unchunk(x)[:, :length]  # [B, H, N, C, X] -> [B, L, H, X]
 
   if groups == 1:
+    if factored.fused_kernels_on():
+      raise ValueError(
+          "factored.fused_kernels() covers vector decays (one per carried channel), but this "
+          "chunk_scan call has one decay per head (scalar decays, or none): trace it outside "
+          "the fused_kernels() context, or use model.decay_shape='vector'.")
     out, key_sums = _chunk_kernel(*_to_chunks(padded, chunk), _scalar_block, entering_states,
                                   initial)
     return unchunk(out), unchunk(key_sums) if with_key_sums else None

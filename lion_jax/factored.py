@@ -41,7 +41,8 @@ _FUSED = contextvars.ContextVar("fused_chunk_kernels", default=False)
 
 @contextlib.contextmanager
 def fused_kernels(enabled: bool = True):
-  """Within this context, vector-decay `chunk_scan` calls traced use the fused Pallas kernels.
+  """Within this context, vector-decay `chunk_scan` calls traced use the fused Pallas kernels;
+  a scalar-decay one raises instead of running unfused.
 
   Same values as the array-op kernel (the same formulas, one chunk per program); on a GPU C, K
   and E must be powers of two of at least 16 (`fused_chunks.check_shapes`). Experimental. Read
@@ -54,6 +55,11 @@ def fused_kernels(enabled: bool = True):
     yield
   finally:
     _FUSED.reset(token)
+
+
+def fused_kernels_on() -> bool:
+  """Whether `fused_kernels` is in effect for what is traced now."""
+  return _FUSED.get()
 
 
 def factored_chunks(q, k, u, fwd, bwd, slots, *, entering_states, limit: float, exact_chunks,
@@ -78,7 +84,7 @@ def factored_chunks(q, k, u, fwd, bwd, slots, *, entering_states, limit: float, 
   Returns:
     [B, H, N, C, E] outputs.
   """
-  fused = _FUSED.get()
+  fused = fused_kernels_on()
   if fused and jax.default_backend() == "gpu":
     fused_chunks.check_shapes(q.shape[-2], q.shape[-1], u.shape[-1])
   return _factored(entering_states, limit, exact_chunks, fused, q, k, u, fwd, bwd, slots,

@@ -84,6 +84,9 @@ def _mm(a, b, transpose_a=False, transpose_b=False):
 def _factors(fwd, bwd, limit):
   """One chunk's factors (`factored._factors`), from its [C, E] cumsums F and A.
 
+  Not `factored._factors` itself: that one takes the totals as the last row by slicing, which
+  Pallas's Triton lowering has no rule for, so here the last row is a masked sum.
+
   Returns:
     [1, E] e^{R}, e^{F̄ − R}, e^{R'}, e^{Ā − R'}, and [C, E] e^{R − F}, e^{A − R'},
     e^{F − R}, e^{R' − A} (each clipped to e^{±W}), and [C, 1] a mask of the last row.

@@ -4,6 +4,7 @@ gradients, on the factored chunks, the steep ones beside them and from initial s
 kernels stay within what Pallas's Triton lowering takes, checked without a GPU."""
 
 import functools
+import pathlib
 
 import jax
 import jax.numpy as jnp
@@ -111,3 +112,32 @@ def test_gpu_shapes_are_checked_naming_the_fields(monkeypatch):
     fused_chunks.check_shapes(24, 64, 128)
   with pytest.raises(ValueError, match="carried channels E = 8"):
     fused_chunks.check_shapes(32, 64, 8)
+
+
+def test_scalar_decays_are_refused_rather_than_left_unfused():
+  """The kernels cover vector decays only; a scalar-decay call inside the context says so
+  instead of silently running the array ops."""
+  q, k, v, log_decay, key_mask = make_inputs(20, "selective", seed=6)
+  with factored.fused_kernels(), pytest.raises(ValueError, match="decay_shape='vector'"):
+    lion_attention(q, k, v, log_decay, form="chunk_scan", key_mask=key_mask, chunk_size=8)
+  lion_attention(q, k, v, log_decay, form="chunk_scan", key_mask=key_mask, chunk_size=8)
+
+
+@pytest.mark.slow
+def test_the_fused_bench_checks_and_times_both_kernels(tmp_path):
+  """bench/fused_chunks.py at tiny sizes (Pallas's interpreter on a CPU): both kernels checked
+  against float64 and against each other, and timed; malformed flags are named."""
+  import json, sys  # pylint: disable=import-outside-toplevel,multiple-imports
+  sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "bench"))
+  import fused_chunks as bench  # pylint: disable=import-outside-toplevel
+  bench.main(["--shapes", "1,64,2,16,32,16", "--check-shape", "1,32,2,16,32,16", "--repeats",
+              "1", "--out", str(tmp_path), "--name", "tiny"])
+  results = json.loads((tmp_path / "tiny.json").read_text())["results"]
+  checks = [r for r in results if r["name"].startswith("check")]
+  assert len(checks) == 2 and all(max(r["relative_errors"].values()) < 1e-5 for r in checks)
+  fused = [r for r in results if r.get("fused")]
+  assert fused and max(fused[0]["relative_errors_vs_array_ops"]) < 1e-5
+  assert all("median_s" in r for r in results if "shape" in r and "relative_errors" not in r)
+  for flags, message in ((["--fused", "32"], "E'/W"), (["--shapes", "1,2"], "six numbers")):
+    with pytest.raises(SystemExit, match=message):
+      bench.main(flags)
