@@ -9,12 +9,15 @@ chunks) through `jax.value_and_grad` both ways, interleaved; the fused case also
 `--fused` block and warp count. First it checks the fused values against the array-op ones on the same device
 (outputs and all five gradients, largest difference relative to the largest value) and, at
 `--check-shape`, both against the float64 array-op kernel on the host CPU, which the test suite
-checks against the definition. Writes fused_chunks.json (bench/results/, `--publish`: docs/bench/).
+checks against the definition. `--per-kernel E'/W,...` first times each of the four kernels
+alone at the first shape with each setting (`fused_chunks.KERNEL_SETTINGS`), then the layer
+with each kernel's fastest. Writes fused_chunks.json (bench/results/, `--publish`: docs/bench/).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import pathlib
 import sys
 import time
@@ -58,6 +61,67 @@ def layer(chunk, fused):
   return fn
 
 
+def kernel_operands(batch, length, heads, key_width, channels, chunk, seed=1):
+  """Chunked operands of the four kernels' public functions: {name: [B, H, N, ·] arrays}."""
+  rng = np.random.default_rng(seed)
+  lead = (batch, heads, length // chunk)
+  array = lambda *shape: jnp.asarray(rng.normal(size=lead + shape), jnp.float32)
+  cumsum = lambda: jnp.asarray(np.cumsum(-rng.uniform(1e-3, 0.5, size=lead + (chunk, channels)),
+                                         axis=-2), jnp.float32)
+  q, k, u, grad = array(chunk, key_width), array(chunk, key_width), array(chunk, channels), \
+      array(chunk, channels)
+  fwd, bwd = cumsum(), cumsum()
+  states = [array(key_width, channels) for _ in range(4)]
+  totals = [array(channels) for _ in range(2)]
+  return dict(leaving=(k, u, fwd, bwd), outputs=(q, k, u, fwd, bwd, *states[:2]),
+              entering_grads=(q, fwd, bwd, grad),
+              chunk_grads=(q, k, u, fwd, bwd, *states[:2], grad, *states[2:], *totals))
+
+
+KERNEL_FUNCTIONS = dict(leaving="leaving_states", outputs="chunk_outputs",
+                        entering_grads="entering_grads", chunk_grads="chunk_grads")
+
+
+def sweep_kernels(shape, settings, repeats, budget_s):
+  """Each kernel alone at `shape` for every (E′, W) in `settings`, interleaved.
+
+  Returns:
+    (records, {kernel: its fastest (E′, W)}).
+  """
+  operands = kernel_operands(*shape)
+  limit = chunkwise.factored_exponent_limit(jnp.float32)
+  records, best = [], {}
+  for kernel in fused_chunks.KERNELS:
+    cases = []
+    for block, count in settings:
+      fused_chunks.KERNEL_SETTINGS = {kernel: (block, count)}
+      # A fresh function per setting: jit's trace cache, keyed by the function, does not see
+      # the setting, and would hand every setting the first one's kernel.
+      function = functools.partial(getattr(fused_chunks, KERNEL_FUNCTIONS[kernel]), limit=limit)
+      case = harness.Case(f"{kernel} E'={block} w={count}", function, operands[kernel],
+                          info=dict(kernel=kernel, channel_block=block, num_warps=count,
+                                    shape=list(shape)))
+      try:
+        harness.compile_case(case)
+        cases.append(case)
+      except Exception as error:  # pylint: disable=broad-except  # a setting Triton refuses
+        case.result["skipped"] = f"compile failed: {type(error).__name__}: {str(error)[:500]}"
+        records.append(harness.record(case))
+    fused_chunks.KERNEL_SETTINGS = {}
+    harness.time_cases(cases, repeats=repeats, budget_s=budget_s, verbose=False)
+    for case in cases:
+      case.compiled = None
+      records.append(harness.record(case))
+    timed = [r for r in records if r.get("kernel") == kernel and "median_s" in r]
+    if timed:
+      fastest = min(timed, key=lambda r: r["median_s"])
+      best[kernel] = (fastest["channel_block"], fastest["num_warps"])
+      print(f"  {kernel}: " + ", ".join(
+          f"{r['channel_block']}/{r['num_warps']} {harness.fmt_ms(r['median_s'])}"
+          for r in timed) + f" ms; fastest {best[kernel]}", flush=True)
+  return records, best
+
+
 def relative_errors(reference, values):
   flat = lambda tree: jax.tree_util.tree_leaves(tree)
   wide = lambda x: np.asarray(x, np.float64)
@@ -72,6 +136,10 @@ def main(argv=None):
   p.add_argument("--fused", default="32/4,32/8,64/4,64/8,128/8",
                  help="comma list of E'/W: channels a program takes and Triton warps per "
                       "program (GPU), each timed; 'all/default' for Pallas's own choice")
+  p.add_argument("--per-kernel", default="",
+                 help="comma list of E'/W: first time each of the four kernels alone at the "
+                      "first --shapes entry with each, then time the layer with each kernel's "
+                      "fastest as one more fused case (GPU)")
   p.add_argument("--check-shape", default="2,512,2,64,128,32",
                  help="B,L,H,K,E,C of the float64 check on the host")
   harness.add_common_args(p, repeats=7, case_budget_s=30.0, mem_budget_gb=60.0)
@@ -79,15 +147,24 @@ def main(argv=None):
   out_dir, name = harness.output_path(args, "fused_chunks")
   parse = lambda x: None if not x.isdigit() else int(x)
   variants = [tuple(map(parse, v.split("/"))) for v in args.fused.split(",") if v]
-  if any(len(v) != 2 for v in variants):
-    raise SystemExit(f"--fused {args.fused!r}: expected a comma list of E'/W, e.g. 32/4,64/8 "
-                     "('all' or 'default' for Pallas's own choice)")
+  settings = [tuple(map(parse, v.split("/"))) for v in args.per_kernel.split(",") if v]
+  for flag, listed in (("--fused", variants), ("--per-kernel", settings)):
+    if any(len(v) != 2 for v in listed):
+      raise SystemExit(f"{flag} {getattr(args, flag[2:].replace('-', '_'))!r}: expected a comma "
+                       "list of E'/W, e.g. 32/4,64/8 ('all' or 'default' for Pallas's own "
+                       "choice)")
   for text in [args.check_shape] + args.shapes.split(";"):
     if len(text.split(",")) != 6 or not all(x.isdigit() for x in text.split(",")):
       raise SystemExit(f"--shapes/--check-shape {text!r}: expected six numbers B,L,H,K,E,C")
   if jax.default_backend() != "gpu":
-    variants = [(None, None)]
+    variants, settings = [(None, None)], settings[:1]
   records, start = [], time.monotonic()
+  best = {}
+  if settings:
+    first = [int(x) for x in args.shapes.split(";")[0].split(",")]
+    sweep, best = sweep_kernels(first, settings, args.repeats, args.case_budget_s)
+    records += sweep
+    harness.write_json(name, records, out_dir)
 
   # Against float64 on the host: both kernels' values, at one shape.
   shape = [int(x) for x in args.check_shape.split(",")]
@@ -118,10 +195,16 @@ def main(argv=None):
       cases.append(harness.Case(f"fused E'={block} w={count} {text}", layer(chunk, True),
                                 operands, info=dict(shape=shape, fused=True, num_warps=count,
                                                     channel_block=block)))
+    if best:
+      cases.append(harness.Case(f"fused, each kernel's fastest {text}", layer(chunk, True),
+                                operands, info=dict(shape=shape, fused=True, kernel_settings={
+                                    kernel: list(setting) for kernel, setting in best.items()})))
     runnable = []
     for case in cases:
       fused_chunks.NUM_WARPS = case.info.get("num_warps")
       fused_chunks.CHANNEL_BLOCK = case.info.get("channel_block")
+      fused_chunks.KERNEL_SETTINGS = {kernel: tuple(setting) for kernel, setting
+                                      in case.info.get("kernel_settings", {}).items()}
       try:
         harness.compile_case(case)
       except Exception as error:  # pylint: disable=broad-except  # a kernel Triton refuses

@@ -20,7 +20,9 @@ it finished: the JSON is rewritten after each. Compile seconds and XLA's temp + 
 come with every case. `--profile-steps N` then runs N more steps of each case under
 `jax.profiler.trace` and adds where the device's time went: the ops (GPU kernels, XLA:CPU
 thunks) of the trace, summed by name, per step, largest first (the Perfetto trace's JSON,
-read here, so nothing beyond JAX is needed on the machine).
+read here, so nothing beyond JAX is needed on the machine), and summed by the Python function
+that wrote each op (`source_times`). `--kernel-settings` sets the fused kernels' E′ and warps
+per kernel (`fused_chunks.KERNEL_SETTINGS`).
 
 Writes segments.json to bench/results/ (git-ignored; `--publish`: docs/bench/).
 """
@@ -73,7 +75,7 @@ def segment_tokens(segment: str):
       setattr(recomputed, name, value)
 
 
-def device_op_times(case, steps: int, top: int | None = None) -> dict:
+def device_op_times(case, steps: int, top: int | None = None, hlo_text: str | None = None) -> dict:
   """Where a compiled case's device time goes over `steps` calls, from a profiler trace.
 
   The trace's lines (threads) in the device processes ("/device:GPU:0": its streams and its
@@ -81,7 +83,8 @@ def device_op_times(case, steps: int, top: int | None = None) -> dict:
   thunks run on the host, XLA:CPU's compute threads. Each line's ops are summed by name in
   self time (`self_times`), per step. Returns, per line, its milliseconds a step, its busy
   milliseconds and events a step, its milliseconds by kind of op (`op_kind`), and its `top`
-  ops (name, ms a step, share of the line, calls a step; every op when `top` is None).
+  ops (name, ms a step, share of the line, calls a step; every op when `top` is None). With the
+  compiled step's `hlo_text`, also its milliseconds by source function (`source_times`).
   """
   with tempfile.TemporaryDirectory() as folder:
     with jax.profiler.trace(folder, create_perfetto_trace=True):
@@ -109,7 +112,13 @@ def device_op_times(case, steps: int, top: int | None = None) -> dict:
     kinds = collections.Counter()
     for name, us in own.items():
       kinds[op_kind(name)] += us / 1e3 / steps
+    by_source = {}
+    if hlo_text is not None:
+      by_hlo_op, _, _ = self_times([dict(e, name=(e.get("args", {}).get("hlo_op", ""), e["name"]))
+                                    for e in line_events])
+      by_source = source_times(hlo_text, {op: us / 1e3 / steps for op, us in by_hlo_op.items()})
     lines[line] = dict(ms_per_step=total, busy_ms_per_step=busy / 1e3 / steps,
+                       ms_per_step_by_source=by_source,
                        events_per_step=sum(calls.values()) / steps,
                        ms_per_step_by_kind=dict(kinds.most_common()), ops=[
         dict(name=name, ms_per_step=us / 1e3 / steps, share=us / 1e3 / steps / total,
@@ -117,6 +126,78 @@ def device_op_times(case, steps: int, top: int | None = None) -> dict:
         for name, us in own.most_common(top)] if total > 0 else [])
   return dict(profile_steps=steps, device_lines=dict(
       sorted(lines.items(), key=lambda item: -item[1]["ms_per_step"])))
+
+
+def source_times(hlo_text: str, ms_by_op: dict[str, float]) -> dict[str, float]:
+  """Milliseconds by the source function that wrote each op, from the compiled HLO's metadata.
+
+  Each HLO instruction names a stack frame (`stack_frame_id`), whose innermost location is the
+  Python function (outside JAX) that emitted it. An op of the trace (an HLO instruction: a
+  fusion, a library call, a copy) holds its own instruction and, for a fusion, every
+  instruction of the computations it calls; its time is split among their functions in
+  proportion to how many instructions each wrote. Ops with no metadata count as "?".
+
+  Args:
+    hlo_text: `compiled.as_text()` of the step.
+    ms_by_op: ms a step by (the trace's `hlo_op`, the op's name). The `hlo_op` names the HLO
+      instruction where it is one; where it is not (on a GPU, kernels run from a CUDA graph,
+      a command buffer, carry that buffer's name), the op's own name does for XLA's fusions,
+      which run as kernels of their instruction's name.
+
+  Returns:
+    {"path:function": ms a step}, largest first; paths relative to the repository or to
+    site-packages.
+  """
+  def table(title: str, pattern: str) -> dict:
+    """One of the HLO text's id tables: {id: the pattern's other groups}."""
+    if f"\n{title}\n" not in hlo_text:
+      return {}
+    section = hlo_text.split(f"\n{title}\n", 1)[1].split("\n\n", 1)[0]
+    return {int(row[0]): row[1:] for row in re.findall(pattern, section)}
+
+  files = table("FileNames", r'(?m)^(\d+) (")(.*)"$')
+  functions = table("FunctionNames", r'(?m)^(\d+) (")(.*)"$')
+  locations = table("FileLocations", r"(?m)^(\d+) \{file_name_id=(\d+) function_name_id=(\d+)")
+  frames = table("StackFrames", r"(?m)^(\d+) \{file_location_id=(\d+)()")
+  root = str(pathlib.Path(__file__).resolve().parents[1]) + "/"
+
+  def where(frame: int) -> str:
+    file_id, function_id = locations.get(int(frames.get(frame, ("0",))[0]), ("0", "0"))
+    path = files.get(int(file_id), ("", "?"))[1].split("site-packages/")[-1].replace(root, "")
+    return f"{path}:{functions.get(int(function_id), ('', '?'))[1]}"
+
+  normal = lambda name: re.sub(r"[.\-]", "_", name)
+  computations, instructions, body = {}, {}, None
+  for text in hlo_text.splitlines():
+    if (header := re.match(r"(?:ENTRY )?%([\w.\-]+) .*\{$", text)):
+      body = computations.setdefault(header[1], [])
+    elif (match := re.match(r"\s+(?:ROOT )?%([\w.\-]+) = ", text)) and body is not None:
+      frame = re.search(r"stack_frame_id=(\d+)", text)
+      called = re.search(r"\bcalls=(\{[^}]*\}|%[\w.\-]+)", text)
+      entry = (where(int(frame[1])) if frame else None,
+               re.findall(r"%([\w.\-]+)", called[1]) if called else [])
+      body.append(entry)
+      instructions[normal(match[1])] = entry
+
+  def authors(entry, seen) -> collections.Counter:
+    count = collections.Counter([entry[0]] if entry[0] else [])
+    for name in entry[1]:
+      if name not in seen:
+        seen.add(name)
+        for inner in computations.get(name, []):
+          count += authors(inner, seen)
+    return count
+
+  totals = collections.Counter()
+  for names, ms in ms_by_op.items():
+    op = next((normal(name) for name in names if normal(name) in instructions), None)
+    count = authors(instructions[op], set()) if op else None
+    if not count:
+      totals["?"] += ms
+      continue
+    for function, n in count.items():
+      totals[function] += ms * n / sum(count.values())
+  return dict(totals.most_common())
 
 
 # GPU kernel names (XLA's fusions are named by their root op) -> the kind of work they do.
@@ -213,6 +294,9 @@ def main(argv=None):
                  help="comma list of variant[@C]:residuals[:S]:layout, run in this order")
   p.add_argument("--budget-s", type=float, default=1e9,
                  help="start no case after this many seconds")
+  p.add_argument("--kernel-settings", default="",
+                 help="JSON {kernel: [E', W]} for the fused cases' kernels "
+                      "(fused_chunks.KERNEL_SETTINGS; bench/fused_chunks.py --per-kernel finds them)")
   p.add_argument("--profile-steps", type=int, default=0,
                  help="after timing, profile this many steps of each case (module docstring)")
   harness.add_common_args(p, repeats=5, case_budget_s=30.0, mem_budget_gb=60.0)
@@ -220,6 +304,15 @@ def main(argv=None):
   if args.quick:
     args.preset, args.batch, args.repeats = "runlocal", 8, 3
   cases = [parse_case(c) for c in args.cases.split(",") if c]
+  try:
+    kernel_settings = {kernel: tuple(setting) for kernel, setting
+                       in json.loads(args.kernel_settings or "{}").items()}
+  except (ValueError, AttributeError, TypeError) as error:
+    raise SystemExit(f"--kernel-settings {args.kernel_settings!r}: expected JSON "
+                     f"{{kernel: [E', W]}} ({error})") from None
+  if unknown := set(kernel_settings) - set(fused_chunks.KERNELS):
+    raise SystemExit(f"--kernel-settings: unknown kernels {sorted(unknown)}; the kernels are "
+                     f"{', '.join(fused_chunks.KERNELS)}")
   out_dir, name = harness.output_path(args, "segments")
   start = time.monotonic()
   base, info, seq_len = train_step.task_config(
@@ -244,6 +337,10 @@ def main(argv=None):
     case.name = label
     case.info.update({key: value for key, value in spec.items() if value is not None})
     fused_chunks.CHANNEL_BLOCK, fused_chunks.NUM_WARPS = spec["channel_block"], spec["num_warps"]
+    fused_chunks.KERNEL_SETTINGS = kernel_settings if spec["fused"] else {}
+    if spec["fused"] and kernel_settings:
+      case.info["kernel_settings"] = {kernel: list(value) for kernel, value
+                                      in kernel_settings.items()}
     with segment_tokens(spec["segment"]), factored.fused_kernels(spec["fused"]):
       if spec["residuals"] == "recomputed":
         # Padded Retrieval runs both documents of an example through the tower: 2B rows.
@@ -253,6 +350,7 @@ def main(argv=None):
         case.info["segment_tokens"] = recomputed.segment_length(
             rows, length, spec["chunk_size"] or base.model.chunk_size)
       runnable = harness.compile_within_budget([case], args.mem_budget_gb)
+      hlo_text = runnable[0].compiled.as_text() if runnable and args.profile_steps else None
       if runnable and jax.default_backend() == "gpu":
         # What reached the compiled step: its Pallas kernel calls (XLA:GPU's own Triton
         # fusions carry other names).
@@ -261,7 +359,7 @@ def main(argv=None):
       harness.time_cases(runnable, repeats=args.repeats, budget_s=args.case_budget_s,
                          min_repeats=2)
     if runnable and args.profile_steps:
-      case.result.update(device_op_times(case, args.profile_steps))
+      case.result.update(device_op_times(case, args.profile_steps, hlo_text=hlo_text))
     case.compiled = None
     record = harness.record(case)
     if "median_s" in record:
@@ -281,6 +379,8 @@ def main(argv=None):
       for op in profile["ops"][:8]:
         print(f"      {op['ms_per_step']:9.3f} ms {100 * op['share']:5.1f}% "
               f"{op['calls_per_step']:6.0f}x  {op['name'][:90]}", flush=True)
+      for function, ms in list(profile["ms_per_step_by_source"].items())[:16]:
+        print(f"      {ms:9.3f} ms  from {function}", flush=True)
     harness.write_json(name, records, out_dir, extra=dict(
         task=args.task, batch=args.batch, preset=args.preset or "paper", seq_len=seq_len,
         padding_share_padded=float(packing.padding_share(split.lengths, seq_len))))

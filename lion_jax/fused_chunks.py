@@ -41,11 +41,12 @@ from jax.experimental import pallas as pl
 
 def check_shapes(chunk: int, key_width: int, channels: int) -> None:
   """Raises ValueError unless C, K, E and E′ suit the GPU kernels (powers of two, ≥ 16)."""
-  block = min(CHANNEL_BLOCK or channels, channels)
-  bad = {name: size for name, size in (("chunk length C", chunk), ("key width K", key_width),
-                                        ("carried channels E", channels),
-                                        ("channels a program E′ (CHANNEL_BLOCK)", block))
-         if size < 16 or size & (size - 1)}
+  sizes = [("chunk length C", chunk), ("key width K", key_width), ("carried channels E", channels),
+           ("channels a program E′ (CHANNEL_BLOCK)", min(CHANNEL_BLOCK or channels, channels))]
+  sizes += [(f"channels a program E′ (KERNEL_SETTINGS[{kernel!r}])", min(block or channels,
+                                                                         channels))
+            for kernel, (block, _) in KERNEL_SETTINGS.items()]
+  bad = {name: size for name, size in sizes if size < 16 or size & (size - 1)}
   if bad:
     raise ValueError(
         "the fused chunk kernels need powers of two of at least 16 on a GPU, got "
@@ -58,19 +59,23 @@ def check_shapes(chunk: int, key_width: int, channels: int) -> None:
 # channels one program takes (None: all); benchmarks set them.
 NUM_WARPS: int | None = None
 CHANNEL_BLOCK: int | None = None
+# Per kernel ("leaving", "outputs", "entering_grads", "chunk_grads"): (E′, W) in place of the
+# two above, for that kernel alone.
+KERNEL_SETTINGS: dict[str, tuple[int | None, int | None]] = {}
+KERNELS = ("leaving", "outputs", "entering_grads", "chunk_grads")
 
 
 def _interpret() -> bool:
   return jax.default_backend() != "gpu"
 
 
-def _compiler_params():
+def _compiler_params(num_warps: int | None):
   """Triton's parameters: they also choose Triton, where JAX's default for a Pallas call on a
   GPU is Mosaic GPU (whose layouts these kernels do not declare)."""
   if _interpret():
     return None
   from jax.experimental.pallas import triton as pallas_triton  # pylint: disable=import-outside-toplevel
-  return pallas_triton.CompilerParams(num_warps=NUM_WARPS)
+  return pallas_triton.CompilerParams(num_warps=num_warps)
 
 
 def _mm(a, b, transpose_a=False, transpose_b=False):
@@ -201,7 +206,7 @@ def _call(kernel, inputs, outputs, **static):
   """Runs `kernel` with one chunk and one block of carried channels per program.
 
   Everything but the scores is separate per carried channel, so a program takes E′ =
-  `CHANNEL_BLOCK` of the E channels (smaller tiles on chip) and recomputes its chunk's [C, C]
+  `CHANNEL_BLOCK` (or the kernel's `KERNEL_SETTINGS`) of the E channels (smaller tiles on chip) and recomputes its chunk's [C, C]
   scores; what sums over the channels (d q, d k) comes out per block and is summed here.
 
   Args:
@@ -218,9 +223,11 @@ def _call(kernel, inputs, outputs, **static):
   lead = inputs[0][0].shape[:3]
   count = lead[0] * lead[1] * lead[2]
   channels = next(x.shape[-1] for x, blocked in inputs if blocked)
-  block = min(CHANNEL_BLOCK or channels, channels)
+  block, num_warps = KERNEL_SETTINGS.get(kernel.__name__.strip("_").removesuffix("_kernel"),
+                                         (CHANNEL_BLOCK, NUM_WARPS))
+  block = min(block or channels, channels)
   if channels % block:
-    raise ValueError(f"fused_chunks.CHANNEL_BLOCK = {block} must divide E = {channels}")
+    raise ValueError(f"fused_chunks: {block} channels a program must divide E = {channels}")
   blocks = channels // block
   flat = [x.reshape(count, *x.shape[3:]) for x, _ in inputs]
 
@@ -246,7 +253,7 @@ def _call(kernel, inputs, outputs, **static):
       in_specs=[in_spec(x, blocked) for x, (_, blocked) in zip(flat, inputs)],
       out_specs=[out_spec(shape, kind) for shape, _, kind in outputs],
       interpret=_interpret(),
-      compiler_params=_compiler_params(),
+      compiler_params=_compiler_params(num_warps),
   )(*flat)
   results = [r if kind == "channels" else jnp.sum(r, axis=1).astype(dtype)
              for r, (_, dtype, kind) in zip(results, outputs)]

@@ -272,3 +272,35 @@ def test_self_times_nest_only_contained_events_and_busy_time_is_the_union():
       "input_multiply_reduce_fusion_39", "loop_multiply_fusion_54", "triton_softmax_31")}
   assert list(kinds.values()) == ["matmul", "matmul", "data movement", "data movement",
                                   "data movement", "reduction", "elementwise", "other"]
+
+
+def _projected(x):
+  return x @ x
+
+
+def _squashed(y):
+  return jnp.sin(y).sum(axis=0)
+
+
+def test_the_segments_bench_profile_names_the_functions_that_wrote_each_op():
+  """`--profile-steps` also sums each line's time by the Python function that emitted each op
+  (the compiled HLO's stack frames): here two helpers of this file, and the sums add up to the
+  line's time. An op found only by its own name (a GPU kernel run from a command buffer, whose
+  `hlo_op` names the buffer) is attributed too."""
+  import re  # pylint: disable=import-outside-toplevel
+  import segments  # pylint: disable=import-outside-toplevel
+  step = jax.jit(lambda state, x: (state + 1, _squashed(_projected(x))))
+  case = harness.compile_case(harness.Case("tiny", step, (jnp.zeros(()), jnp.ones((256, 256))),
+                                           threads_state=True))
+  hlo_text = case.compiled.as_text()
+  profile = segments.device_op_times(case, steps=2, top=1000, hlo_text=hlo_text)
+  line = max(profile["device_lines"].values(), key=lambda line: line["ms_per_step"])
+  sources = line["ms_per_step_by_source"]
+  assert sum(sources.values()) == pytest.approx(line["ms_per_step"])
+  here = "tests/test_accelerator_bench.py:"
+  assert {f"{here}_projected", f"{here}_squashed"} & set(sources), sources
+  fusion = re.search(r"\n\s+(?:ROOT )?%([\w.\-]+) = \S+ fusion\(", hlo_text)[1]
+  by_name = segments.source_times(hlo_text, {("command_buffer.7", fusion.replace(".", "_")): 2.0})
+  assert "?" not in by_name and sum(by_name.values()) == pytest.approx(2.0)
+  assert all(name.startswith(here) for name in by_name), by_name
+  assert segments.source_times(hlo_text, {("nothing", "unknown_kernel"): 1.0}) == {"?": 1.0}

@@ -108,6 +108,10 @@ def test_gpu_shapes_are_checked_naming_the_fields(monkeypatch):
   with pytest.raises(ValueError, match="E′ .CHANNEL_BLOCK. = 8"):
     fused_chunks.check_shapes(32, 64, 128)
   monkeypatch.setattr(fused_chunks, "CHANNEL_BLOCK", None)
+  monkeypatch.setattr(fused_chunks, "KERNEL_SETTINGS", {"chunk_grads": (8, 4)})
+  with pytest.raises(ValueError, match=r"E′ \(KERNEL_SETTINGS\['chunk_grads'\]\) = 8"):
+    fused_chunks.check_shapes(32, 64, 128)
+  monkeypatch.setattr(fused_chunks, "KERNEL_SETTINGS", {})
   with pytest.raises(ValueError, match="chunk length C = 24.*model.chunk_size"):
     fused_chunks.check_shapes(24, 64, 128)
   with pytest.raises(ValueError, match="carried channels E = 8"):
@@ -138,6 +142,14 @@ def test_the_fused_bench_checks_and_times_both_kernels(tmp_path):
   fused = [r for r in results if r.get("fused")]
   assert fused and max(fused[0]["relative_errors_vs_array_ops"]) < 1e-5
   assert all("median_s" in r for r in results if "shape" in r and "relative_errors" not in r)
-  for flags, message in ((["--fused", "32"], "E'/W"), (["--shapes", "1,2"], "six numbers")):
+  # Each kernel alone, once per setting: the setting must reach the kernel that is timed (a
+  # first version jitted one function for all settings, and jit's cache gave each the first
+  # setting's kernel). Whole channels against blocks of 16: the blocks' d q, d k shares differ.
+  sweep, best = bench.sweep_kernels([1, 64, 2, 16, 32, 16], [(32, None), (16, None)], 1, 30.0)
+  grads = {r["channel_block"]: r for r in sweep if r["kernel"] == "chunk_grads"}
+  assert grads[16]["temp_plus_output_bytes"] > grads[32]["temp_plus_output_bytes"]
+  assert set(best) == set(fused_chunks.KERNELS) and fused_chunks.KERNEL_SETTINGS == {}
+  for flags, message in ((["--fused", "32"], "E'/W"), (["--shapes", "1,2"], "six numbers"),
+                         (["--per-kernel", "16"], "--per-kernel '16'")):
     with pytest.raises(SystemExit, match=message):
       bench.main(flags)
