@@ -27,10 +27,10 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 venv: $(STAMP)
 
 test: $(STAMP)
-	$(PY) -m pytest -q -m "not slow" -n 2 tests
+	$(PY) -m pytest -q -m "not slow" -n 2 --dist worksteal tests
 
 test-all: $(STAMP)
-	$(PY) -m pytest -q -n 2 tests
+	$(PY) -m pytest -q -n 2 --dist worksteal tests
 
 # A couple of minutes, for a second Python/JAX: imports every module, trains, checkpoints and
 # resumes a runlocal ListOps run, checks every form and its gradients against the float64
@@ -41,7 +41,7 @@ SMOKE_TESTS := tests/test_imports.py tests/test_train.py tests/test_segments.py 
   tests/test_xla_cpu_crashes.py::test_lion_jax_import_switches_ynn_fusions_off_on_jaxlib_0_10_unless_the_user_chose
 
 test-smoke: $(STAMP)
-	$(PY) -m pytest -q -m "not slow" -n 2 $(SMOKE_TESTS)
+	$(PY) -m pytest -q -m "not slow" -n 2 --dist worksteal $(SMOKE_TESTS)
 
 demo: $(STAMP)
 	$(PY) -m lra.demo

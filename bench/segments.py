@@ -132,17 +132,19 @@ def source_times(hlo_text: str, ms_by_op: dict[str, float]) -> dict[str, float]:
   """Milliseconds by the source function that wrote each op, from the compiled HLO's metadata.
 
   Each HLO instruction names a stack frame (`stack_frame_id`), whose innermost location is the
-  Python function (outside JAX) that emitted it. An op of the trace (an HLO instruction: a
+  Python function (outside JAX) that emitted it; where its op name holds a "stage:<name>" scope
+  (`lion_jax.factored`'s backward pass, whose frames are the forward call's), the stage is
+  added in brackets. An op of the trace (an HLO instruction: a
   fusion, a library call, a copy) holds its own instruction and, for a fusion, every
   instruction of the computations it calls; its time is split among their functions in
   proportion to how many instructions each wrote. Ops with no metadata count as "?".
 
   Args:
     hlo_text: `compiled.as_text()` of the step.
-    ms_by_op: ms a step by (the trace's `hlo_op`, the op's name). The `hlo_op` names the HLO
-      instruction where it is one; where it is not (on a GPU, kernels run from a CUDA graph,
-      a command buffer, carry that buffer's name), the op's own name does for XLA's fusions,
-      which run as kernels of their instruction's name.
+    ms_by_op: ms a step by (the trace's `hlo_op`, the op's name). An XLA fusion runs as a
+      kernel named after its instruction, so the op's name is tried first; then `hlo_op`, which
+      names the instruction of a library call (a cuBLAS kernel's custom call) or an XLA:CPU
+      thunk. Whichever names an instruction whose functions are known counts.
 
   Returns:
     {"path:function": ms a step}, largest first; paths relative to the repository or to
@@ -173,8 +175,9 @@ def source_times(hlo_text: str, ms_by_op: dict[str, float]) -> dict[str, float]:
       body = computations.setdefault(header[1], [])
     elif (match := re.match(r"\s+(?:ROOT )?%([\w.\-]+) = ", text)) and body is not None:
       frame = re.search(r"stack_frame_id=(\d+)", text)
+      stage = re.search(r'op_name="[^"]*\bstage:(\w+)', text)
       called = re.search(r"\bcalls=(\{[^}]*\}|%[\w.\-]+)", text)
-      entry = (where(int(frame[1])) if frame else None,
+      entry = (where(int(frame[1])) + (f" [{stage[1]}]" if stage else "") if frame else None,
                re.findall(r"%([\w.\-]+)", called[1]) if called else [])
       body.append(entry)
       instructions[normal(match[1])] = entry
@@ -189,9 +192,10 @@ def source_times(hlo_text: str, ms_by_op: dict[str, float]) -> dict[str, float]:
     return count
 
   totals = collections.Counter()
-  for names, ms in ms_by_op.items():
-    op = next((normal(name) for name in names if normal(name) in instructions), None)
-    count = authors(instructions[op], set()) if op else None
+  for (hlo_op, name), ms in ms_by_op.items():
+    count = next((found for found in (authors(instructions[normal(candidate)], set())
+                                      for candidate in (name, hlo_op)
+                                      if normal(candidate) in instructions) if found), None)
     if not count:
       totals["?"] += ms
       continue

@@ -57,6 +57,23 @@ def fused_kernels(enabled: bool = True):
     _FUSED.reset(token)
 
 
+def _stage(name: str):
+  """Traces the decorated function under the name scope "stage:<name>".
+
+  Profiles map each op to its source through the compiled HLO's stack frames, but a custom
+  VJP's backward pass carries the forward call's frames, so every op of `_backward_rule` would
+  read as `factored_chunks`; the scope, kept in each op's name, tells its stages apart
+  (bench/segments.py --profile-steps). Values are unchanged.
+  """
+  def decorate(fn):
+    @functools.wraps(fn)
+    def named(*args, **kwargs):
+      with jax.named_scope(f"stage:{name}"):
+        return fn(*args, **kwargs)
+    return named
+  return decorate
+
+
 def fused_kernels_on() -> bool:
   """Whether `fused_kernels` is in effect for what is traced now."""
   return _FUSED.get()
@@ -253,6 +270,7 @@ def _backward_rule(entering_states, limit, exact_chunks, fused, saved, grad):
   return (*grads, None, d_initial)
 
 
+@_stage("output_grads")
 def _output_grads(limit, q, k, u, fwd, bwd, enter_forward, enter_backward, grad):
   """The factored products' gradients from the output cotangent (zero on steep chunks).
 
@@ -297,6 +315,7 @@ def _output_grads(limit, q, k, u, fwd, bwd, enter_forward, enter_backward, grad)
   return d_q, d_k, d_u, d_fwd, d_bwd, d_x, d_y, d_bwd_total, d_enter_forward, d_enter_backward
 
 
+@_stage("leaving_grads")
 def _leaving_grads(limit, k, u, fwd, bwd, d_q, d_k, d_u, d_fwd, d_bwd, d_x, d_y, d_bwd_total,
                    d_forward_leaving, d_backward_leaving, d_fwd_scan, d_bwd_scan):
   """`_output_grads`' d q, d k, d u, d F, d A completed with the leaving states' share (the state
@@ -324,6 +343,7 @@ def _leaving_grads(limit, k, u, fwd, bwd, d_q, d_k, d_u, d_fwd, d_bwd, d_x, d_y,
   return d_q, d_k, d_u, d_fwd, d_bwd
 
 
+@_stage("state_pass_backward")
 def _states_backward(entering_states, fwd_total, bwd_total, enter_forward, enter_backward,
                      d_enter_forward, d_enter_backward):
   """The state pass's gradients: with respect to each chunk's leaving states and its total.

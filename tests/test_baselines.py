@@ -101,7 +101,8 @@ def s5_reference(params, u, lengths):
 
 @pytest.mark.parametrize("method,options", [
     ("associative", {}),
-    ("linear", dict(dt_global=True, c_init="complex_normal", clip_eigs=True)),
+    pytest.param("linear", dict(dt_global=True, c_init="complex_normal", clip_eigs=True),
+                 marks=pytest.mark.slow),
 ])
 def test_s5_mixer_equals_the_definition_in_float64_with_padding(method, options):
   """Outputs and gradients (parameters and inputs) of the mixer against `s5_reference`, with
@@ -292,7 +293,8 @@ BASELINES = {
 }
 
 
-@pytest.mark.parametrize("name", list(BASELINES))
+# S5's padding is also checked against its definition above; both baselines: make test-all.
+@pytest.mark.parametrize("name", [pytest.param("s5", marks=pytest.mark.slow), "softmax"])
 def test_padding_changes_no_logits_in_a_baseline_classifier(name):
   """One example alone vs padded with garbage: the same logits in train and eval mode."""
   config = ModelConfig(d_model=16, num_layers=2, num_heads=2, **BASELINES[name])

@@ -56,9 +56,12 @@ def test_every_user_error_name_is_a_real_exception_class():
 @pytest.mark.parametrize("flag, fragments", [
     ("--config.model.decya=fixed", ["unknown config field config.model.decya",
                                     "did you mean config.model.decay?", "fields of config.model:"]),
-    ("--config.learning_rat=0.1", ["config.learning_rat", "did you mean config.learning_rate"]),
+    pytest.param("--config.learning_rat=0.1",
+                 ["config.learning_rat", "did you mean config.learning_rate"],
+                 marks=pytest.mark.slow),
     ("--config.batch_size=-8", ["config.batch_size=-8 must be a positive integer"]),
-    ("--config.batch_size=eight", ["flag --config.batch_size=eight", "--help"]),
+    pytest.param("--config.batch_size=eight", ["flag --config.batch_size=eight", "--help"],
+                 marks=pytest.mark.slow),
     ("--no_such_flag", ["Unknown command line flag 'no_such_flag'"]),
 ])
 def test_a_bad_flag_is_one_message_that_names_it(tmp_path, flag, fragments):

@@ -124,9 +124,13 @@ def test_reference_masks_are_the_products_along_each_snake():
                              reference_mask(lam, "code"))
 
 
-@pytest.mark.parametrize("form", FORMS)
-@pytest.mark.parametrize("scan_order", ["snake", "snake_outputs"])
-@pytest.mark.parametrize("decay_kind", fast_first(DECAY_KINDS, fast=["selective_vector"]))
+# make test: the LRA's vector decays, every form in the snake order and chunk_scan (the
+# training form) in the other; every decay shape, order and form in make test-all.
+@pytest.mark.parametrize("decay_kind, scan_order, form", fast_first(
+    [(kind, order, form) for kind in DECAY_KINDS for order in ("snake", "snake_outputs")
+     for form in FORMS],
+    fast=[("selective_vector", "snake", form) for form in FORMS]
+    + [("selective_vector", "snake_outputs", "chunk_scan")], unpack=True))
 def test_every_form_equals_float64_definition(decay_kind, scan_order, form):
   """3×5 grid: every decay shape × convention × normalisation, with and without padded keys."""
   inputs, expected = definition_outputs(decay_kind, scan_order, GRID)

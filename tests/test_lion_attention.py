@@ -77,14 +77,15 @@ def definition_outputs(decay_kind, length):
 
 def definition_grid():
   """make test: every form, decay kind and option at L = 37 (several chunks, a partial last
-  one); through chunk_scan (the training form) L = 1 for every decay kind, and L = 96 (six
-  whole chunks) with no decay and with the LRA's selective vector decays; the rest (L = 7, less
-  than a chunk, too) in make test-all."""
+  one); through chunk_scan (the training form) L = 1 and L = 96 (six whole chunks) with the
+  LRA's selective vector decays, and L = 1 with a selective scalar; the rest (L = 7, less than
+  a chunk, too) in make test-all."""
   for decay_kind in DECAY_KINDS:
     for length in (1, 7, 37, 96):
       for form in FORMS:
         fast = length == 37 or (form == "chunk_scan" and (
-            length == 1 or (length == 96 and decay_kind in ("lit", "selective_vector"))))
+            (length == 1 and decay_kind in ("selective", "selective_vector"))
+            or (length == 96 and decay_kind == "selective_vector")))
         yield (decay_kind, length, form) if fast else pytest.param(
             decay_kind, length, form, marks=pytest.mark.slow)
 
@@ -101,9 +102,9 @@ def test_every_form_equals_float64_definition(decay_kind, length, form):
                                err_msg=f"convention={convention} normalize={normalize}")
 
 
-# One convention per decay kind in make test, both for the LRA's selective vector decays.
-FLOAT32_FAST = {("lit", "symmetric"), ("fixed_head", "code"), ("fixed_channel", "symmetric"),
-                ("selective", "code"), ("selective_vector", "symmetric"),
+# make test: the LRA's selective vector decays in both conventions, and a fixed scalar decay
+# (each decay kind and convention in float64 above; every pair in float32: make test-all).
+FLOAT32_FAST = {("fixed_head", "code"), ("selective_vector", "symmetric"),
                 ("selective_vector", "code")}
 
 

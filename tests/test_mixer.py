@@ -360,7 +360,8 @@ def test_feature_maps_follow_their_formulas(name):
   assert np.all(np.isfinite(np.asarray(out)))
 
 
-@pytest.mark.parametrize("mode", ["sigmoid_dt", "softplus_dt", "log_additive"])
+@pytest.mark.parametrize("mode", ["sigmoid_dt", pytest.param("softplus_dt", marks=pytest.mark.slow),
+                                  "log_additive"])
 def test_selective_gate_and_decays_receive_gradients(mode):
   mixer = LionMixer(small(selective_mode=mode, v_init="lecun"), rngs=nnx.Rngs(0))
   x, mask = mixer_inputs(length=12)

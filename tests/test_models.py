@@ -49,8 +49,9 @@ def assert_trees_close(a, b, rtol=1e-5, atol=1e-6):
   jax.tree.map(lambda u, v: np.testing.assert_allclose(u, v, rtol=rtol, atol=atol), a, b)
 
 
-@pytest.mark.parametrize("task", [  # Text is ListOps' kind of input, Pathfinder Image's
-    task if task not in ("text", "pathfinder") else pytest.param(task, marks=pytest.mark.slow)
+@pytest.mark.parametrize("task", [  # Text is ListOps' kind of input; Image, Pathfinder Path-X's
+    task if task not in ("text", "image", "pathfinder") else pytest.param(task,
+                                                                          marks=pytest.mark.slow)
     for task in TASKS])
 def test_every_preset_gives_the_same_logits_in_every_form(task):
   # lecun W_v makes the mixers matter (their ZOH-initialised output is only ~Δ in size).
@@ -117,8 +118,9 @@ def test_retrieval_head_runs_both_documents_through_one_shared_tower():
 
 @pytest.mark.parametrize("task,overrides", [
     ("listops", dict()),
-    ("text", dict(decay_shape="scalar", normalize="before")),  # dropout 0.1
-    ("retrieval", dict(decay="fixed", activation="gelu")),
+    pytest.param("text", dict(decay_shape="scalar", normalize="before"),  # dropout 0.1
+                 marks=pytest.mark.slow),
+    pytest.param("retrieval", dict(decay="fixed", activation="gelu"), marks=pytest.mark.slow),
     ("image", dict(block="transformer", norm="layer", selective_mode="log_additive")),
     pytest.param("pathx", dict(activation="full_glu", v_init="zoh_lecun", prenorm=False,
                                remat=True), marks=pytest.mark.slow),
@@ -223,7 +225,8 @@ def _xla_flops_per_block_and_token(config, length=128):
     (dict(mixer="s5", ssm_size=16, chunk_size=ModelConfig().chunk_size), 0.93, 1.03),
     (dict(num_heads=2, chunk_size=16, decay="lit"), 0.97, 1.07),  # products, and a few norms
     # + the steep-chunk slots recomputed on every call, and the fallback planned beside them
-    (dict(num_heads=2, chunk_size=16, decay="selective"), 1.0, 2.5),
+    pytest.param(dict(num_heads=2, chunk_size=16, decay="selective"), 1.0, 2.5,
+                 marks=pytest.mark.slow),
 ])
 def test_the_arithmetic_count_is_what_xla_counts(overrides, low, high):
   """`bench/arithmetic.py` counts LION's and S5's operations per token from the config
@@ -279,7 +282,8 @@ def test_empty_rows_are_inert_in_train_mode():
     pytest.param(dict(decay="selective", convention="code"), True, marks=pytest.mark.slow),
     (dict(decay="selective"), False),
     # chunk_size back at its default: build() sets 8, a LION field S5 rejects.
-    (dict(mixer="s5", ssm_size=8, ssm_blocks=2, chunk_size=64), False),
+    pytest.param(dict(mixer="s5", ssm_size=8, ssm_blocks=2, chunk_size=64), False,
+                 marks=pytest.mark.slow),
 ], ids=["lion_lit", "lion_d", "lion_s_code_convention", "lion_s", "s5"])
 def test_without_positions_a_mask_of_distance_alone_cannot_tell_a_sequence_from_its_reverse(
     fields, blind):

@@ -63,13 +63,12 @@ def test_segments_are_equal_runs_of_whole_chunks_near_a_token_target_per_platfor
   assert recomputed.segment_length(32, 16384, 32) == 4096  # Path-X: four a row
 
 
-# No decay, fixed per-channel and selective vector decays at L = 37 (3 segments, the last
-# padded); the LRA setting also at L = 96 in float32 and at one token; every other decay shape
-# and length in `make test-all`.
+# make test: the scalar decay shapes (fixed and selective) at L = 37 (3 segments, the last
+# padded), the LRA's selective vector decays at L = 96 (float32 too) and at one token; every
+# other decay shape and length in `make test-all`.
 DEFINITION_CASES = [(kind, length) for kind in DECAY_KINDS for length in (1, 37, 96)]
-FAST_DEFINITION_CASES = [(kind, 37) for kind in DECAY_KINDS if kind != "fixed_channel"] + [
-    ("selective_vector", 96),
-                                                                 ("selective_vector", 1)]
+FAST_DEFINITION_CASES = [("fixed_head", 37), ("selective", 37), ("selective_vector", 96),
+                         ("selective_vector", 1)]
 
 
 @pytest.mark.parametrize("decay_kind, length", [
@@ -107,9 +106,9 @@ def gradients(q, k, v, log_decay, key_mask, residuals, form="chunk_scan", **opti
 
 
 @pytest.mark.parametrize("decay_kind, convention, normalize, state_pass", [
-    ("lit", "symmetric", "after", "scan"),
+    pytest.param("lit", "symmetric", "after", "scan", marks=pytest.mark.slow),
     pytest.param("fixed_head", "code", "after", "scan", marks=pytest.mark.slow),
-    ("fixed_channel", "symmetric", "before", "associative"),
+    pytest.param("fixed_channel", "symmetric", "before", "associative", marks=pytest.mark.slow),
     ("selective", "code", "none", "scan"),
     pytest.param("selective_vector", "symmetric", "after", "scan", marks=pytest.mark.slow),
     ("selective_vector", "code", "after", "associative"),

@@ -127,7 +127,7 @@ def _assert_packed_equals_alone(module, layout, dtype, rtol, atol, grads=True):
                packed_grads[0], alone_grads[0])
 
 
-@pytest.mark.parametrize("method", ["associative", "linear"])
+@pytest.mark.parametrize("method", ["associative", pytest.param("linear", marks=pytest.mark.slow)])
 def test_s5_packed_examples_equal_each_example_alone(method):
   """In float64, to 1e-10; the float32 default is tested inside `S5Block` below."""
   with jax.enable_x64(True):

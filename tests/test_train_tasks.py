@@ -32,11 +32,11 @@ def tiny_runlocal_config(task, root, arg="lion_s,runlocal"):
   return config
 
 
-# make test: the dual-input task and one image task (ListOps, the token task, trains in
-# tests/test_train.py); the rest in make test-all (Path-X at L = 16384: ~1 min).
-@pytest.mark.parametrize("task", ["retrieval", "image"] + [
-    pytest.param(task, marks=pytest.mark.slow) for task in ("listops", "text", "pathfinder",
-                                                            "pathx")])
+# make test: the dual-input task (ListOps trains in tests/test_train.py, Pathfinder's grid in
+# tests/test_ablations.py); the rest in make test-all (Path-X at L = 16384: ~1 min).
+@pytest.mark.parametrize("task", ["retrieval"] + [
+    pytest.param(task, marks=pytest.mark.slow) for task in ("listops", "text", "image",
+                                                            "pathfinder", "pathx")])
 def test_runlocal_trains_and_tests_every_task(task, tmp_path):
   config = tiny_runlocal_config(task, tmp_path / "data")
   results = train.train_and_evaluate(config, str(tmp_path / "run"), progress=False)
