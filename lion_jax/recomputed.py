@@ -184,6 +184,17 @@ def _output_dtype(v):
 
 
 def _backward(options, saved, grad):
+  """`_backward_segments` under the name scope "stage:recomputed_backward".
+
+  A custom VJP's backward ops carry the forward call's stack frames, so a profile that maps ops
+  to their source (bench/segments.py --profile-steps) tells them apart by this name. Values are
+  unchanged.
+  """
+  with jax.named_scope("stage:recomputed_backward"):
+    return _backward_segments(options, saved, grad)
+
+
+def _backward_segments(options, saved, grad):
   """Segment by segment: the kernel's backward pass on each segment (recomputing its forward
   pass), the entering states' gradients back through the state pass over segments, then the
   summaries' gradients. Each segment's gradients are written into the full-length gradients

@@ -314,21 +314,26 @@ def test_the_segments_bench_profile_names_the_functions_that_wrote_each_op():
 
 def test_the_profile_tells_the_chunk_kernels_backward_stages_apart():
   """The factored kernel's backward pass (a custom VJP, whose ops carry the forward call's
-  frames) is split by its stages' name scopes in the time by source: here every op of the
-  compiled gradient counts one millisecond."""
+  frames) is split by its stages' name scopes in the time by source, and the recomputing
+  kernel's backward pass is named too: here every op of the compiled gradient counts one
+  millisecond."""
   import re  # pylint: disable=import-outside-toplevel
   import segments  # pylint: disable=import-outside-toplevel
-  from lion_jax import chunkwise  # pylint: disable=import-outside-toplevel
+  from lion_jax import chunkwise, lion_attention  # pylint: disable=import-outside-toplevel
   rng = np.random.default_rng(0)
   q, k = (jnp.asarray(rng.normal(size=(1, 64, 2, 8)), jnp.float32) for _ in range(2))
   u = jnp.asarray(rng.normal(size=(1, 64, 2, 8)), jnp.float32)
   gates = jnp.asarray(-rng.uniform(0.01, 0.3, size=(1, 64, 2, 8)), jnp.float32)
-  loss = lambda q, k, u, gates: jnp.sum(chunkwise.bidirectional_chunk_scan(
+  stored = lambda q, k, u, gates: jnp.sum(chunkwise.bidirectional_chunk_scan(
       q, k, u, gates, gates, chunk_size=16)[0] ** 2)
-  hlo_text = jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3))).lower(q, k, u, gates).compile(
-      ).as_text()
-  ops = re.findall(r"\n\s+(?:ROOT )?%([\w.\-]+) = ", hlo_text.split("\nENTRY")[1])
-  sources = segments.source_times(hlo_text, {("", op): 1.0 for op in ops})
-  assert sum(sources.values()) == pytest.approx(len(ops))
-  for stage in ("output_grads", "leaving_grads", "state_pass_backward"):
-    assert any(name.endswith(f"[{stage}]") for name in sources), (stage, sources)
+  recomputed = lambda q, k, u, gates: jnp.sum(lion_attention(
+      q, k, u, gates, form="chunk_scan", chunk_size=16, residuals="recomputed") ** 2)
+  for loss, stages in ((stored, ("output_grads", "leaving_grads", "state_pass_backward")),
+                       (recomputed, ("recomputed_backward",))):
+    hlo_text = jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3))).lower(q, k, u, gates).compile(
+        ).as_text()
+    ops = re.findall(r"\n\s+(?:ROOT )?%([\w.\-]+) = ", hlo_text.split("\nENTRY")[1])
+    sources = segments.source_times(hlo_text, {("", op): 1.0 for op in ops})
+    assert sum(sources.values()) == pytest.approx(len(ops))
+    for stage in stages:
+      assert any(name.endswith(f"[{stage}]") for name in sources), (stage, sources)
