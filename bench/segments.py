@@ -128,15 +128,15 @@ def device_op_times(case, steps: int, top: int | None = None, hlo_text: str | No
       sorted(lines.items(), key=lambda item: -item[1]["ms_per_step"])))
 
 
-def source_times(hlo_text: str, ms_by_op: dict[str, float]) -> dict[str, float]:
+def source_times(hlo_text: str, ms_by_op: dict[tuple[str, str], float]) -> dict[str, float]:
   """Milliseconds by the source function that wrote each op, from the compiled HLO's metadata.
 
   Each HLO instruction names a stack frame (`stack_frame_id`), whose innermost location is the
   Python function (outside JAX) that emitted it; where its op name holds a "stage:<name>" scope
-  (`lion_jax.factored`'s backward pass, whose frames are the forward call's), the stage is
-  added in brackets. An op of the trace (an HLO instruction: a
-  fusion, a library call, a copy) holds its own instruction and, for a fusion, every
-  instruction of the computations it calls; its time is split among their functions in
+  (the backward passes of `lion_jax.factored` and `lion_jax.recomputed`, custom VJPs whose ops
+  carry the forward call's frames), the stage is added in brackets. An op of the trace (an HLO
+  instruction: a fusion, a library call, a copy) holds its own instruction and, for a fusion,
+  every instruction of the computations it calls; its time is split among their functions in
   proportion to how many instructions each wrote. Ops with no metadata count as "?".
 
   Args:
@@ -157,16 +157,18 @@ def source_times(hlo_text: str, ms_by_op: dict[str, float]) -> dict[str, float]:
     section = hlo_text.split(f"\n{title}\n", 1)[1].split("\n\n", 1)[0]
     return {int(row[0]): row[1:] for row in re.findall(pattern, section)}
 
-  files = table("FileNames", r'(?m)^(\d+) (")(.*)"$')
-  functions = table("FunctionNames", r'(?m)^(\d+) (")(.*)"$')
+  files = table("FileNames", r'(?m)^(\d+) "(.*)"$')
+  functions = table("FunctionNames", r'(?m)^(\d+) "(.*)"$')
   locations = table("FileLocations", r"(?m)^(\d+) \{file_name_id=(\d+) function_name_id=(\d+)")
-  frames = table("StackFrames", r"(?m)^(\d+) \{file_location_id=(\d+)()")
+  frames = table("StackFrames", r"(?m)^(\d+) \{file_location_id=(\d+)")
   root = str(pathlib.Path(__file__).resolve().parents[1]) + "/"
 
   def where(frame: int) -> str:
-    file_id, function_id = locations.get(int(frames.get(frame, ("0",))[0]), ("0", "0"))
-    path = files.get(int(file_id), ("", "?"))[1].split("site-packages/")[-1].replace(root, "")
-    return f"{path}:{functions.get(int(function_id), ('', '?'))[1]}"
+    (location,) = frames.get(frame, ("0",))
+    file_id, function_id = locations.get(int(location), ("0", "0"))
+    (path,) = files.get(int(file_id), ("?",))
+    (function,) = functions.get(int(function_id), ("?",))
+    return f"{path.split('site-packages/')[-1].replace(root, '')}:{function}"
 
   normal = lambda name: re.sub(r"[.\-]", "_", name)
   computations, instructions, body = {}, {}, None
@@ -285,6 +287,27 @@ def parse_case(text: str) -> dict:
 _FUSED = re.compile(r"(?:fused(?:/(\d+)/(\d+))?)?")
 
 
+def parse_kernel_settings(text: str) -> dict[str, tuple[int | None, int | None]]:
+  """'{"chunk_grads": [16, 4]}' -> {"chunk_grads": (16, 4)} (`fused_chunks.KERNEL_SETTINGS`:
+  E′ channels a program and W warps, null for the default); '' -> {}."""
+  expected = ("expected JSON {kernel: [E', W]}, E' and W positive integers or null, e.g. "
+              "'{\"chunk_grads\": [64, 4]}'")
+  try:
+    settings = json.loads(text or "{}")
+  except ValueError as error:
+    raise SystemExit(f"--kernel-settings {text!r}: {expected} ({error})") from None
+  if not isinstance(settings, dict):
+    raise SystemExit(f"--kernel-settings {text!r}: {expected}")
+  if unknown := sorted(set(settings) - set(fused_chunks.KERNELS)):
+    raise SystemExit(f"--kernel-settings: unknown kernels {unknown}; the kernels are "
+                     f"{', '.join(fused_chunks.KERNELS)}")
+  fits = lambda x: x is None or (isinstance(x, int) and not isinstance(x, bool) and x > 0)
+  for kernel, setting in settings.items():
+    if not (isinstance(setting, list) and len(setting) == 2 and all(map(fits, setting))):
+      raise SystemExit(f"--kernel-settings {kernel}: {setting!r}; {expected}")
+  return {kernel: tuple(setting) for kernel, setting in settings.items()}
+
+
 def main(argv=None):
   p = argparse.ArgumentParser(description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -308,15 +331,7 @@ def main(argv=None):
   if args.quick:
     args.preset, args.batch, args.repeats = "runlocal", 8, 3
   cases = [parse_case(c) for c in args.cases.split(",") if c]
-  try:
-    kernel_settings = {kernel: tuple(setting) for kernel, setting
-                       in json.loads(args.kernel_settings or "{}").items()}
-  except (ValueError, AttributeError, TypeError) as error:
-    raise SystemExit(f"--kernel-settings {args.kernel_settings!r}: expected JSON "
-                     f"{{kernel: [E', W]}} ({error})") from None
-  if unknown := set(kernel_settings) - set(fused_chunks.KERNELS):
-    raise SystemExit(f"--kernel-settings: unknown kernels {sorted(unknown)}; the kernels are "
-                     f"{', '.join(fused_chunks.KERNELS)}")
+  kernel_settings = parse_kernel_settings(args.kernel_settings)
   out_dir, name = harness.output_path(args, "segments")
   start = time.monotonic()
   base, info, seq_len = train_step.task_config(
@@ -354,12 +369,13 @@ def main(argv=None):
         case.info["segment_tokens"] = recomputed.segment_length(
             rows, length, spec["chunk_size"] or base.model.chunk_size)
       runnable = harness.compile_within_budget([case], args.mem_budget_gb)
-      hlo_text = runnable[0].compiled.as_text() if runnable and args.profile_steps else None
-      if runnable and jax.default_backend() == "gpu":
+      on_gpu = jax.default_backend() == "gpu"
+      hlo_text = (runnable[0].compiled.as_text()
+                  if runnable and (args.profile_steps or on_gpu) else None)
+      if hlo_text is not None and on_gpu:
         # What reached the compiled step: its Pallas kernel calls (XLA:GPU's own Triton
         # fusions carry other names).
-        case.result["pallas_calls"] = runnable[0].compiled.as_text().count(
-            "__gpu$xla.gpu.triton")
+        case.result["pallas_calls"] = hlo_text.count("__gpu$xla.gpu.triton")
       harness.time_cases(runnable, repeats=args.repeats, budget_s=args.case_budget_s,
                          min_repeats=2)
     if runnable and args.profile_steps:

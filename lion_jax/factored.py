@@ -57,6 +57,11 @@ def fused_kernels(enabled: bool = True):
     _FUSED.reset(token)
 
 
+def fused_kernels_on() -> bool:
+  """Whether `fused_kernels` is in effect for what is traced now."""
+  return _FUSED.get()
+
+
 def _stage(name: str):
   """Traces the decorated function under the name scope "stage:<name>".
 
@@ -72,11 +77,6 @@ def _stage(name: str):
         return fn(*args, **kwargs)
     return named
   return decorate
-
-
-def fused_kernels_on() -> bool:
-  """Whether `fused_kernels` is in effect for what is traced now."""
-  return _FUSED.get()
 
 
 def factored_chunks(q, k, u, fwd, bwd, slots, *, entering_states, limit: float, exact_chunks,

@@ -223,8 +223,12 @@ def _call(kernel, inputs, outputs, **static):
   lead = inputs[0][0].shape[:3]
   count = lead[0] * lead[1] * lead[2]
   channels = next(x.shape[-1] for x, blocked in inputs if blocked)
-  block, num_warps = KERNEL_SETTINGS.get(kernel.__name__.strip("_").removesuffix("_kernel"),
-                                         (CHANNEL_BLOCK, NUM_WARPS))
+  name = kernel.__name__.strip("_").removesuffix("_kernel")
+  assert name in KERNELS, f"{kernel.__name__} is not one of fused_chunks.KERNELS"
+  if unknown := sorted(set(KERNEL_SETTINGS) - set(KERNELS)):
+    raise ValueError(f"fused_chunks.KERNEL_SETTINGS names {unknown}, which are not kernels; "
+                     f"the kernels are {', '.join(KERNELS)}")
+  block, num_warps = KERNEL_SETTINGS.get(name, (CHANNEL_BLOCK, NUM_WARPS))
   block = min(block or channels, channels)
   if channels % block:
     raise ValueError(f"fused_chunks: {block} channels a program must divide E = {channels}")

@@ -211,6 +211,16 @@ def test_the_segments_bench_forces_a_segment_length_while_tracing_and_restores_t
                 "lion_s+fast:stored:packed", "lion_s+fused/32:stored:packed"):
     with pytest.raises(SystemExit, match="only for residuals=recomputed"):
       segments.parse_case(wrong)
+  assert segments.parse_kernel_settings("") == {}
+  assert segments.parse_kernel_settings('{"chunk_grads": [16, 4], "outputs": [null, 8]}') == {
+      "chunk_grads": (16, 4), "outputs": (None, 8)}
+  for wrong, message in (("[1", "expected JSON"), ("[16, 4]", "expected JSON"),
+                         ('{"chunk_grad": [16, 4]}', "unknown kernels .'chunk_grad'.*chunk_grads"),
+                         ('{"outputs": [16]}', "--kernel-settings outputs: .16."),
+                         ('{"outputs": ["16", 4]}', "--kernel-settings outputs"),
+                         ('{"outputs": [0, 4]}', "positive integers or null")):
+    with pytest.raises(SystemExit, match=message):
+      segments.parse_kernel_settings(wrong)
   with pytest.raises(SystemExit, match="'retrieval'.*--data-dir"):  # the bench's own flag
     segments.main(["--task", "retrieval", "--quick"])
   with pytest.raises(FileNotFoundError, match=str(tmp_path)):  # --data-dir reaches the loader

@@ -111,6 +111,9 @@ def test_gpu_shapes_are_checked_naming_the_fields(monkeypatch):
   monkeypatch.setattr(fused_chunks, "KERNEL_SETTINGS", {"chunk_grads": (8, 4)})
   with pytest.raises(ValueError, match=r"E′ \(KERNEL_SETTINGS\['chunk_grads'\]\) = 8"):
     fused_chunks.check_shapes(32, 64, 128)
+  monkeypatch.setattr(fused_chunks, "KERNEL_SETTINGS", {"chunk_grad": (32, 4)})  # a typo
+  with pytest.raises(ValueError, match=r"KERNEL_SETTINGS names \['chunk_grad'\].*chunk_grads"):
+    fused_chunks.leaving_states(*[jnp.zeros((1, 1, 1, 16, 16))] * 4, limit=30.0)
   monkeypatch.setattr(fused_chunks, "KERNEL_SETTINGS", {})
   with pytest.raises(ValueError, match="chunk length C = 24.*model.chunk_size"):
     fused_chunks.check_shapes(24, 64, 128)
@@ -135,13 +138,18 @@ def test_the_fused_bench_checks_and_times_both_kernels(tmp_path):
   sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "bench"))
   import fused_chunks as bench  # pylint: disable=import-outside-toplevel
   bench.main(["--shapes", "1,64,2,16,32,16", "--check-shape", "1,32,2,16,32,16", "--repeats",
-              "1", "--out", str(tmp_path), "--name", "tiny"])
+              "1", "--per-kernel", "16/4", "--out", str(tmp_path), "--name", "tiny"])
   results = json.loads((tmp_path / "tiny.json").read_text())["results"]
   checks = [r for r in results if r["name"].startswith("check")]
   assert len(checks) == 2 and all(max(r["relative_errors"].values()) < 1e-5 for r in checks)
   fused = [r for r in results if r.get("fused")]
   assert fused and max(fused[0]["relative_errors_vs_array_ops"]) < 1e-5
   assert all("median_s" in r for r in results if "shape" in r and "relative_errors" not in r)
+  # --per-kernel: each kernel alone, then the layer with each kernel's fastest setting.
+  assert {r["kernel"] for r in results if "kernel" in r} == set(fused_chunks.KERNELS)
+  (tuned,) = [r for r in results if "kernel_settings" in r]
+  assert tuned["kernel_settings"] == {kernel: [16, 4] for kernel in fused_chunks.KERNELS}
+  assert max(tuned["relative_errors_vs_array_ops"]) < 1e-5
   # Each kernel alone, once per setting: the setting must reach the kernel that is timed (a
   # first version jitted one function for all settings, and jit's cache gave each the first
   # setting's kernel). Whole channels against blocks of 16: the blocks' d q, d k shares differ.
