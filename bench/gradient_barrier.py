@@ -1,13 +1,15 @@
-"""The training step with and without the blocks' gradient barrier, side by side in one process.
+"""The training step with and without a gradient barrier, side by side in one process.
 
   .venv/bin/python bench/gradient_barrier.py                         # ListOps preset, batch 8
+  .venv/bin/python bench/gradient_barrier.py --where projections --variants lion_s,lion_d
   .venv/bin/python bench/gradient_barrier.py --variants s5 --batch 50
   .venv/bin/python bench/gradient_barrier.py --quick                 # runlocal, seconds
   .venv/bin/python bench/gradient_barrier.py --task text --variants s5 --batch 2 --layouts padded
 
-`lion_jax.blocks.gradient_barrier`, which the encoder calls between blocks, makes XLA:CPU build
-the residual stream's gradient as one array per block instead of fusing it, recomputed, into
-every later consumer (its docstring).
+`lion_jax.barrier.gradient_barrier` makes XLA:CPU build a gradient as one array instead of
+fusing it, recomputed, into every consumer (its docstring). `--where` picks which barriers are
+replaced: "blocks", the encoder's between blocks (the residual stream's gradient), or
+"projections", LION's mixer's on its q, k and v projections (LION variants only).
 For each variant and layout (the same B generated ListOps examples, padded and packed as
 `bench/packing.py` builds them) the real training step (`lra.steps.jit_train_step`) is compiled
 twice: as the code stands, and with the barrier replaced by the plain identity while it is
@@ -33,10 +35,12 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 import harness  # noqa: E402
 import packing as packing_bench  # noqa: E402
 import train_step  # noqa: E402
-from lion_jax import blocks, models  # noqa: E402
+from lion_jax import barrier, mixer, models  # noqa: E402
 from lra.tasks import TASKS  # noqa: E402
 
-BARRIERS = {"without": lambda x: x, "barrier": blocks.gradient_barrier}
+BARRIERS = {"without": lambda x: x, "barrier": barrier.gradient_barrier}
+# The module whose `gradient_barrier` each `--where` replaces while a step is traced.
+PLACES = {"blocks": models, "projections": mixer}
 
 
 def _full_rows_case(task, variant, batch, preset):
@@ -59,6 +63,8 @@ def main(argv=None):
   p.add_argument("--variants", default="s5,lion_s,transformer")
   p.add_argument("--batch", type=int, default=8)
   p.add_argument("--preset", default="")
+  p.add_argument("--where", default="blocks", choices=sorted(PLACES),
+                 help="which barriers the 'without' cases replace by the identity")
   p.add_argument("--layouts", default=None,
                  help="comma list of padded, packed (default: both; image tasks: padded)")
   harness.add_common_args(p, repeats=5, case_budget_s=60.0, mem_budget_gb=20.0)
@@ -73,6 +79,9 @@ def main(argv=None):
   if not tokens and layouts != ["padded"]:
     p.error(f"--layouts {args.layouts}: {args.task} is an image task, whose rows are always "
             "full: give --layouts padded")
+  variants = [v for v in args.variants.split(",") if v]
+  if args.where == "projections" and (others := [v for v in variants if not v.startswith("lion")]):
+    p.error(f"--where projections: {', '.join(others)} has no LION mixer; give LION variants")
   if args.quick:
     args.preset, args.repeats = "runlocal", 3
   out_dir, name = harness.output_path(args, "gradient_barrier")
@@ -83,7 +92,7 @@ def main(argv=None):
       seq_len) if tokens else None
   print(f"{harness.device_label()}: {args.task}, batch {args.batch}, L = {seq_len}", flush=True)
   cases = []
-  for variant in [v for v in args.variants.split(",") if v]:
+  for variant in variants:
     for barrier, function in BARRIERS.items():
       made = dict(zip(("padded", "packed"), packing_bench.cases_for(
           args.task, variant, args.batch, args.preset, split))) if tokens else {
@@ -91,12 +100,13 @@ def main(argv=None):
       for layout in layouts:
         case = made[layout]
         case.name = f"{variant} {layout} {barrier}"
-        case.info.update(barrier=barrier)
-        models.gradient_barrier = function  # read by the encoder while the step is traced
+        case.info.update(barrier=barrier, where=args.where)
+        place = PLACES[args.where]
+        place.gradient_barrier = function  # read while the step is traced
         try:
           cases += harness.compile_within_budget([case], args.mem_budget_gb)
         finally:
-          models.gradient_barrier = BARRIERS["barrier"]
+          place.gradient_barrier = BARRIERS["barrier"]
   harness.time_cases(cases, repeats=args.repeats, budget_s=args.case_budget_s)
   records = [harness.record(case) for case in cases]
   rows = []

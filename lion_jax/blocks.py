@@ -177,62 +177,6 @@ class TransformerBlock(nnx.Module):
     return x + self.dropout(self.mlp_out(self.dropout(h)))
 
 
-@jax.custom_vjp
-def gradient_barrier(x):
-  """The identity, whose gradient XLA:CPU must build whole before the layers below use it.
-
-  The encoder calls it between blocks. In the backward pass of a stack of blocks the gradient of
-  the residual stream is a sum of elementwise terms, one per later block. Left alone, XLA:CPU
-  fuses that whole sum into each consumer of it instead of keeping it as an array, so every
-  layer recomputes the terms of all the layers after it (its fusions grow by ~45 operations a
-  layer) and writes them in the transposed order a weight gradient's matmul wants. On the
-  8-block ListOps S5 such fusions took more than half of the training step's CPU time, and
-  the barrier makes the step 3x faster (docs/benchmarks.md §13). Other backends fuse differently,
-  so there the gradient passes unchanged.
-
-  Args:
-    x: any array, e.g. the [B, L, M] residual stream.
-
-  Returns:
-    x, unchanged; its gradient is unchanged too, exactly.
-  """
-  return x
-
-
-def _gradient_barrier_forward(x):
-  return x, None
-
-
-def _gradient_barrier_backward(_, grad):
-  if jax.default_backend() != "cpu":
-    return (grad,)
-  return (_through_one_loop_trip(grad),)
-
-
-@jax.custom_jvp
-def _through_one_loop_trip(x):
-  """x, passed through one trip of a loop: XLA fuses nothing across a loop's boundary, so x
-  enters it as an array. The trip count and the factor are a value XLA cannot know at compile
-  time (1, or 0 when the first entry is NaN, which skips the loop), so neither XLA nor JAX
-  removes the loop as one that does nothing; multiplying by 1 is exact."""
-  first = x.reshape(-1)[0]
-  one = (first == first).astype(x.dtype)  # []
-  _, x = jax.lax.while_loop(lambda carry: carry[0] < one,
-                            lambda carry: (carry[0] + 1, carry[1] * one),
-                            (jnp.zeros((), x.dtype), x))
-  return x
-
-
-@_through_one_loop_trip.defjvp
-def _through_one_loop_trip_jvp(primals, tangents):
-  # The identity's tangent, declared linear: JAX cannot reverse a loop of dynamic length, and a
-  # gradient of a gradient (a gradient penalty) must pass back through here.
-  return _through_one_loop_trip(primals[0]), tangents[0]
-
-
-gradient_barrier.defvjp(_gradient_barrier_forward, _gradient_barrier_backward)
-
-
 BLOCKS = {"s5": S5Block, "transformer": TransformerBlock}
 
 
@@ -246,5 +190,5 @@ def zero_padding(x, mask):
   return x if mask is None else x * mask[..., None].astype(x.dtype)
 
 
-__all__ = ["MIXERS", "S5Block", "TransformerBlock", "apply_mixer", "apply_norm", "gradient_barrier",
-           "make_block", "make_mixer", "make_norm", "takes_segments", "zero_padding"]
+__all__ = ["MIXERS", "S5Block", "TransformerBlock", "apply_mixer", "apply_norm", "make_block",
+           "make_mixer", "make_norm", "takes_segments", "zero_padding"]

@@ -127,7 +127,8 @@ def bidirectional_chunk_scan(q, k, u, forward_gate, log_decay, chunk_size: int =
   steep = steep_chunks(*padded[3:], chunk, limit)  # [B, H, N]
   capacity = steep_chunk_capacity(steep.size)
   out = factored.factored_chunks(*chunked, steep_slots(steep, capacity),
-                                 entering_states=entering_states, limit=limit,
+                                 two_way_states=TWO_WAY_PASSES[resolve_state_pass(state_pass)],
+                                 limit=limit,
                                  exact_chunks=_exact_chunks, initial=initial)
   too_steep = jnp.sum(steep) > capacity
   if branch_axis is not None:
@@ -417,6 +418,74 @@ def with_initial_states(entering, totals, initial):
 
 # How the chunk states pass between chunks, by `state_pass` value (lion_jax.options).
 STATE_PASSES = {"scan": _entering_states, "associative": _entering_states_associative}
+
+
+def _two_way_scan(fwd_totals, fwd_leaving, bwd_totals, bwd_leaving, initial=None):
+  """The states entering each chunk from the left and from the right, by one N-step loop.
+
+  Step i moves the forward state past chunk i and the backward state past chunk N − 1 − i,
+  reading each direction's chunks where they lie and writing each entering state in place. The
+  stacked form (`_two_way_stacked`) flips the backward direction, stacks both on the batch axis
+  and moves the chunk axis to the front and back: five copies of [2B, H, N, K, E] states, which
+  at the ListOps preset are twice the size of the layer's token activations. This pass and its
+  gradient (the same loop with the directions' roles swapped, `factored._states_backward`) took
+  60 against 108 ms at B = 4, H = 2, N = 80, K = 64, E = 128 on a 2-core CPU
+  (docs/benchmarks.md §9). Not differentiable by JAX at a usable cost (its loop carries the whole
+  output); the factored kernel differentiates it by hand.
+
+  Args:
+    fwd_totals, bwd_totals: [B, H, N, G] whole-chunk log-decays F̄ and Ā, in sequence order.
+    fwd_leaving, bwd_leaving: [B, H, N, K, X] what each chunk adds to the state leaving it
+      towards later chunks (forward) and towards earlier ones (backward).
+    initial: [2B, H, K, X] the state before the first chunk from the left (rows 0..B), then
+      after the last chunk from the right (rows B..2B); None: zero.
+
+  Returns:
+    [B, H, N, K, X] S→_n = Σ_{m<n} exp(Σ_{m<p<n} F̄_p) leaving→_m (plus the initial state
+    decayed by every chunk before n), and [B, H, N, K, X] S←_n = Σ_{m>n} exp(Σ_{n<p<m} Ā_p)
+    leaving←_m (likewise).
+  """
+  num_chunks = fwd_totals.shape[2]
+  take = lambda x, n: jax.lax.dynamic_index_in_dim(x, n, axis=2, keepdims=False)
+
+  def step(i, carry):
+    state_f, state_b, enter_f, enter_b = carry  # [B, H, K, X] ×2, [B, H, N, K, X] ×2
+    j = num_chunks - 1 - i
+    enter_f = jax.lax.dynamic_update_index_in_dim(enter_f, state_f, i, axis=2)
+    enter_b = jax.lax.dynamic_update_index_in_dim(enter_b, state_b, j, axis=2)
+    state_f = jnp.exp(take(fwd_totals, i))[..., None, :] * state_f + take(fwd_leaving, i)
+    state_b = jnp.exp(take(bwd_totals, j))[..., None, :] * state_b + take(bwd_leaving, j)
+    return state_f, state_b, enter_f, enter_b
+
+  if initial is None:
+    start_f = start_b = jnp.zeros(fwd_leaving[:, :, 0].shape, fwd_leaving.dtype)
+  else:
+    batch = fwd_leaving.shape[0]
+    start_f, start_b = (x.astype(fwd_leaving.dtype) for x in (initial[:batch], initial[batch:]))
+  carry = (start_f, start_b, jnp.zeros_like(fwd_leaving), jnp.zeros_like(bwd_leaving))
+  return jax.lax.fori_loop(0, num_chunks, step, carry)[2:]
+
+
+def _two_way_stacked(entering_states, fwd_totals, fwd_leaving, bwd_totals, bwd_leaving,
+                     initial=None):
+  """`_two_way_scan` by a one-direction pass (`STATE_PASSES`) over both directions stacked on
+  the batch axis, the backward one flipped. Args and returns as `_two_way_scan`."""
+  batch = fwd_totals.shape[0]
+  totals = jnp.concatenate([fwd_totals, jnp.flip(bwd_totals, 2)])  # [2B, H, N, G]
+  leaving = jnp.concatenate([fwd_leaving, jnp.flip(bwd_leaving, 2)])  # [2B, H, N, K, X]
+  (entering,) = entering_states(totals, (leaving,))
+  if initial is not None:
+    entering = with_initial_states(entering, totals, initial)
+  return entering[:batch], jnp.flip(entering[batch:], 2)
+
+
+# Both directions' entering states at once, by `state_pass` value, for the factored kernel
+# (`factored.factored_chunks`, which differentiates them by hand). The associative pass stays
+# stacked: on a GPU each of the loop's N steps would be a kernel launch.
+TWO_WAY_PASSES = {
+    "scan": _two_way_scan,
+    "associative": functools.partial(_two_way_stacked, _entering_states_associative),
+}
 
 
 def resolve_state_pass(state_pass: str) -> str:

@@ -79,7 +79,7 @@ def _stage(name: str):
   return decorate
 
 
-def factored_chunks(q, k, u, fwd, bwd, slots, *, entering_states, limit: float, exact_chunks,
+def factored_chunks(q, k, u, fwd, bwd, slots, *, two_way_states, limit: float, exact_chunks,
                     initial=None):
   """Σ_j (q_i·k_j) M_ij u_j over all keys, chunk by chunk, for per-channel decays.
 
@@ -90,7 +90,8 @@ def factored_chunks(q, k, u, fwd, bwd, slots, *, entering_states, limit: float, 
       log λ; every chunk not in `slots` spans at most 2W.
     slots: [P] int32 flat indices into [B·H·N] of the chunks to recompute exactly, padded with
       B·H·N (no chunk).
-    entering_states: (totals, leaving) -> entering states, a value of `chunkwise.STATE_PASSES`.
+    two_way_states: (F̄, forward leaving, Ā, backward leaving, initial) -> the states entering
+      each chunk from the left and from the right, a value of `chunkwise.TWO_WAY_PASSES`.
     limit: W, the largest |exponent| of one factor.
     exact_chunks: (q, k, u, F, A, S→, S←) on [P, C, X] chunks and [P, K, E] entering states ->
       ([P, C, E] outputs, ([P, K, E], [P, K, E]) forward and backward leaving states), exact for
@@ -104,13 +105,13 @@ def factored_chunks(q, k, u, fwd, bwd, slots, *, entering_states, limit: float, 
   fused = fused_kernels_on()
   if fused and jax.default_backend() == "gpu":
     fused_chunks.check_shapes(q.shape[-2], q.shape[-1], u.shape[-1])
-  return _factored(entering_states, limit, exact_chunks, fused, q, k, u, fwd, bwd, slots,
+  return _factored(two_way_states, limit, exact_chunks, fused, q, k, u, fwd, bwd, slots,
                    initial)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2, 3))
-def _factored(entering_states, limit, exact_chunks, fused, q, k, u, fwd, bwd, slots, initial):
-  return _forward(entering_states, limit, exact_chunks, fused, q, k, u, fwd, bwd, slots,
+def _factored(two_way_states, limit, exact_chunks, fused, q, k, u, fwd, bwd, slots, initial):
+  return _forward(two_way_states, limit, exact_chunks, fused, q, k, u, fwd, bwd, slots,
                   initial)[0]
 
 
@@ -141,24 +142,6 @@ def _diagonal(scores):
   return jnp.sum(scores * jnp.eye(scores.shape[-1], dtype=scores.dtype), axis=-1, keepdims=True)
 
 
-def _stacked_states(entering_states, fwd_total, bwd_total, forward_leaving, backward_leaving,
-                    initial=None):
-  """Both directions' entering states by one exclusive scan over chunks, stacked on the batch
-  (`initial`: [2B, H, K, E] the states before each direction's first chunk, or None).
-
-  Returns:
-    [B, H, N, K, E] S→ (from the left) and S← (from the right) of each chunk.
-  """
-  from lion_jax import chunkwise  # a cycle at import time: chunkwise imports this module
-  batch = fwd_total.shape[0]
-  totals = jnp.concatenate([fwd_total, jnp.flip(bwd_total, 2)])  # [2B, H, N, E]
-  leaving = jnp.concatenate([forward_leaving, jnp.flip(backward_leaving, 2)])  # [2B, H, N, K, E]
-  (entering,) = entering_states(totals, (leaving,))
-  if initial is not None:
-    entering = chunkwise.with_initial_states(entering, totals, initial)
-  return entering[:batch], jnp.flip(entering[batch:], 2)
-
-
 def _gather(x, slots):
   """[B, H, N, ...] -> [P, ...]: the chunks at `slots`, zeros past the end."""
   return jnp.take(x.reshape(-1, *x.shape[3:]), slots, axis=0, mode="fill", fill_value=0)
@@ -176,9 +159,9 @@ def _add(x, slots, values):
   return flat.at[slots].add(values.astype(x.dtype), mode="drop").reshape(x.shape)
 
 
-def _forward(entering_states, limit, exact_chunks, fused, q, k, u, fwd, bwd, slots, initial):
+def _forward(two_way_states, limit, exact_chunks, fused, q, k, u, fwd, bwd, slots, initial):
   """Outputs, and what the backward pass keeps: the operands and the entering states."""
-  enter_forward, enter_backward = _entering(entering_states, limit, exact_chunks, fused, q, k, u,
+  enter_forward, enter_backward = _entering(two_way_states, limit, exact_chunks, fused, q, k, u,
                                             fwd, bwd, slots, initial)
   steep = [_gather(a, slots) for a in (q, k, u, fwd, bwd)]  # [P, C, X]
   if fused:
@@ -207,13 +190,13 @@ def _outputs(limit, q, k, u, fwd, bwd, enter_forward, enter_backward):
   return from_left * lower + from_right * upper + _diagonal(scores) * u
 
 
-def _forward_rule(entering_states, limit, exact_chunks, fused, q, k, u, fwd, bwd, slots,
+def _forward_rule(two_way_states, limit, exact_chunks, fused, q, k, u, fwd, bwd, slots,
                   initial):
-  return _forward(entering_states, limit, exact_chunks, fused, q, k, u, fwd, bwd, slots,
+  return _forward(two_way_states, limit, exact_chunks, fused, q, k, u, fwd, bwd, slots,
                   initial)
 
 
-def _backward_rule(entering_states, limit, exact_chunks, fused, saved, grad):
+def _backward_rule(two_way_states, limit, exact_chunks, fused, saved, grad):
   """Gradients with respect to q, k, u, F, A and the initial states from the output cotangent
   `grad`."""
   q, k, u, fwd, bwd, slots, enter_forward, enter_backward, initial = saved
@@ -240,7 +223,7 @@ def _backward_rule(entering_states, limit, exact_chunks, fused, saved, grad):
 
   # The state pass backwards: the same exclusive scan over the chunks in reverse order.
   d_forward_leaving, d_backward_leaving, d_fwd_scan, d_bwd_scan = _states_backward(
-      entering_states, fwd_total, bwd_total, enter_forward, enter_backward, d_enter_forward,
+      two_way_states, fwd_total, bwd_total, enter_forward, enter_backward, d_enter_forward,
       d_enter_backward)
   d_initial = None
   if initial is not None:
@@ -344,30 +327,28 @@ def _leaving_grads(limit, k, u, fwd, bwd, d_q, d_k, d_u, d_fwd, d_bwd, d_x, d_y,
 
 
 @_stage("state_pass_backward")
-def _states_backward(entering_states, fwd_total, bwd_total, enter_forward, enter_backward,
+def _states_backward(two_way_states, fwd_total, bwd_total, enter_forward, enter_backward,
                      d_enter_forward, d_enter_backward):
   """The state pass's gradients: with respect to each chunk's leaving states and its total.
 
-  The states obey S_{n+1} = e^{T_n} S_n + leaving_n (per direction, in scan order), so the
-  gradient with respect to leaving_n is the exclusive scan of the entering gradients taken in
-  reverse order with the same totals, and that with respect to T_n is Σ_K d_n ⊙ e^{T_n} S_n.
+  The forward states obey S_{n+1} = e^{F̄_n} S_n + leaving_n, so the gradient with respect to
+  leaving_n is Σ_{m>n} exp(Σ_{n<p<m} F̄_p) d S→_m: the pass from the right over the entering
+  gradients with the same totals; the backward direction's, mirrored, is the pass from the
+  left. The gradient with respect to F̄_n is Σ_K d leaving_n ⊙ e^{F̄_n} S→_n (Ā_n likewise).
 
   Returns:
     [B, H, N, K, E] d(forward leaving), d(backward leaving) and [B, H, N, E] d F̄, d Ā.
   """
-  batch = fwd_total.shape[0]
-  totals = jnp.concatenate([fwd_total, jnp.flip(bwd_total, 2)])  # [2B, H, N, E], scan order
-  entering = jnp.concatenate([enter_forward, jnp.flip(enter_backward, 2)])
-  d_entering = jnp.concatenate([d_enter_forward, jnp.flip(d_enter_backward, 2)])
-  (reverse,) = entering_states(jnp.flip(totals, 2), (jnp.flip(d_entering, 2),))
-  d_leaving = jnp.flip(reverse, 2)  # [2B, H, N, K, E]
-  d_totals = jnp.sum(d_leaving * jnp.exp(totals)[..., None, :] * entering, axis=-2)
-  return (d_leaving[:batch], jnp.flip(d_leaving[batch:], 2), d_totals[:batch],
-          jnp.flip(d_totals[batch:], 2))
+  d_backward_leaving, d_forward_leaving = two_way_states(bwd_total, d_enter_backward,
+                                                         fwd_total, d_enter_forward)
+  d_total = lambda d_leaving, total, entering: jnp.sum(
+      d_leaving * jnp.exp(total)[..., None, :] * entering, axis=-2)
+  return (d_forward_leaving, d_backward_leaving,
+          d_total(d_forward_leaving, fwd_total, enter_forward),
+          d_total(d_backward_leaving, bwd_total, enter_backward))
 
 
-
-def _entering(entering_states, limit, exact_chunks, fused, q, k, u, fwd, bwd, slots,
+def _entering(two_way_states, limit, exact_chunks, fused, q, k, u, fwd, bwd, slots,
               initial=None):
   """[B, H, N, K, E] the states entering each chunk from the left and from the right.
 
@@ -386,9 +367,8 @@ def _entering(entering_states, limit, exact_chunks, fused, q, k, u, fwd, bwd, sl
   steep = [_gather(a, slots) for a in (q, k, u, fwd, bwd)]
   zero_states = jnp.zeros(steep[1].shape[:1] + forward_leaving.shape[3:], u.dtype)
   _, (steep_forward, steep_backward) = exact_chunks(*steep, zero_states, zero_states)
-  return _stacked_states(entering_states, fwd_total, bwd_total,
-                         _set(forward_leaving, slots, steep_forward),
-                         _set(backward_leaving, slots, steep_backward), initial)
+  return two_way_states(fwd_total, _set(forward_leaving, slots, steep_forward),
+                        bwd_total, _set(backward_leaving, slots, steep_backward), initial)
 
 
 _factored.defvjp(_forward_rule, _backward_rule)

@@ -30,6 +30,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from lion_jax import decay as decay_lib
+from lion_jax.barrier import gradient_barrier
 from lion_jax.attention import resolve_residuals
 from lion_jax.config import ModelConfig
 from lion_jax.options import describe
@@ -179,9 +180,12 @@ class LionMixer(nnx.Module):
       # The attention keeps only its inputs; φ's and the gate's intermediates are recomputed
       # too (elementwise), so that the layer keeps its projections' outputs and nothing else.
       phi = jax.checkpoint(feature_map, static_argnums=(1,))
-    q = phi(self.q_proj(x).reshape(batch, length, h, k), config.feature_map)  # [B, L, H, K]
-    key = phi(self.k_proj(x).reshape(batch, length, h, k), config.feature_map)  # [B, L, H, K]
-    value = self.v_proj(x).reshape(batch, length, h, v)  # [B, L, H, V]
+    # The barrier keeps each projection's gradient (from the chunk kernel's heads-first layout,
+    # through φ) one array on XLA:CPU instead of a transposing fusion per weight gradient.
+    project = lambda proj, width: gradient_barrier(proj(x)).reshape(batch, length, h, width)
+    q = phi(project(self.q_proj, k), config.feature_map)  # [B, L, H, K]
+    key = phi(project(self.k_proj, k), config.feature_map)  # [B, L, H, K]
+    value = project(self.v_proj, v)  # [B, L, H, V]
     y = grid_lion_attention(q, key, value, self.scan_log_decays(x), grid=config.grid,
                             scan_order=config.scan_order,
                             form=config.form if form is None else form,

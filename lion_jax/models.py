@@ -44,7 +44,8 @@ import jax.numpy as jnp
 from flax import nnx
 
 from lion_jax import segments
-from lion_jax.blocks import gradient_barrier, make_block, zero_padding
+from lion_jax.barrier import gradient_barrier
+from lion_jax.blocks import make_block, zero_padding
 from lion_jax.config import ModelConfig
 
 

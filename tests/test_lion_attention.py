@@ -451,7 +451,7 @@ def test_the_factored_kernel_alone_breaks_beyond_its_range_which_is_why_it_is_gu
   chunked = tuple(map(to_chunks, (q, k, v, within_chunks, within_chunks)))
   nothing_steep = jnp.full((1,), B * H * 2, jnp.int32)
   out = factored.factored_chunks(*chunked, nothing_steep,
-                                 entering_states=chunkwise.STATE_PASSES["scan"], limit=W,
+                                 two_way_states=chunkwise.TWO_WAY_PASSES["scan"], limit=W,
                                  exact_chunks=chunkwise._exact_chunks)
   expected = reference_lion(q, k, v, log_decay, normalize="none")
   out = np.asarray(jnp.moveaxis(out.reshape(B, H, 2 * CHUNK, V), 1, 2))

@@ -43,6 +43,45 @@ def test_both_passes_equal_the_definition_of_the_entering_states(num_chunks, gro
       np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12, err_msg=state_pass)
 
 
+def entering_from_the_right_by_definition(totals, leaving):
+  """Σ_{m > n} exp(Σ_{n < p < m} totals_p) leaving_m: the mirror image of the pass above."""
+  return entering_by_definition(totals[:, :, ::-1], leaving[:, :, ::-1])[:, :, ::-1]
+
+
+@pytest.mark.parametrize("with_initial", [False, True], ids=["from_zero", "from_initial"])
+@pytest.mark.parametrize("num_chunks", [1, 13])
+def test_both_two_way_passes_equal_the_definition_in_each_direction(num_chunks, with_initial):
+  """`TWO_WAY_PASSES`: the states entering each chunk from the left (forward totals and
+  leaving states) and from the right (backward ones), read and written where they lie; an
+  initial state enters like a chunk of its own before the first (or after the last) chunk."""
+  rng = np.random.default_rng(2)
+  batch, heads, keys, channels = 2, 2, 4, 3
+  fwd_totals, bwd_totals = -rng.exponential(2.0, (2, batch, heads, num_chunks, channels))
+  fwd_totals[0, 0, num_chunks // 2] = -np.inf  # forgets everything before it
+  bwd_totals[1, 1, num_chunks // 2] = -np.inf
+  fwd_leaving, bwd_leaving = rng.normal(size=(2, batch, heads, num_chunks, keys, channels))
+  initial = rng.normal(size=(2 * batch, heads, keys, channels)) if with_initial else None
+  if with_initial:  # one more chunk before the first (from the left) and after the last
+    zero = np.zeros_like(fwd_totals[:, :, :1])
+    expected_left = entering_by_definition(
+        np.concatenate([zero, fwd_totals], 2),
+        np.concatenate([initial[:batch, :, None], fwd_leaving], 2))[:, :, 1:]
+    expected_right = entering_from_the_right_by_definition(
+        np.concatenate([bwd_totals, zero], 2),
+        np.concatenate([bwd_leaving, initial[batch:, :, None]], 2))[:, :, :-1]
+  else:
+    expected_left = entering_by_definition(fwd_totals, fwd_leaving)
+    expected_right = entering_from_the_right_by_definition(bwd_totals, bwd_leaving)
+  with jax.enable_x64(True):
+    for state_pass in STATE_PASSES:
+      left, right = jax.jit(chunkwise.TWO_WAY_PASSES[state_pass])(
+          fwd_totals, fwd_leaving, bwd_totals, bwd_leaving, initial)
+      np.testing.assert_allclose(left, expected_left, rtol=1e-12, atol=1e-12,
+                                 err_msg=state_pass)
+      np.testing.assert_allclose(right, expected_right, rtol=1e-12, atol=1e-12,
+                                 err_msg=state_pass)
+
+
 def test_a_pass_from_an_initial_state_equals_the_definition():
   """`with_initial_states`: the state before the first chunk enters like a chunk of its own
   before it, decayed by every chunk it passes, including one that forgets everything."""
@@ -191,9 +230,10 @@ def test_auto_resolves_to_a_concrete_pass_and_unknown_values_are_named():
 def test_model_config_state_pass_reaches_the_chunk_kernel(order, monkeypatch):
   """`ModelConfig.state_pass` picks the pass every scan of the mixer runs, with equal outputs."""
   used = []
-  for name, state_pass in list(chunkwise.STATE_PASSES.items()):
-    monkeypatch.setitem(chunkwise.STATE_PASSES, name,
-                        lambda *a, _n=name, _f=state_pass: used.append(_n) or _f(*a))
+  for registry in (chunkwise.STATE_PASSES, chunkwise.TWO_WAY_PASSES):
+    for name, state_pass in list(registry.items()):
+      monkeypatch.setitem(registry, name,
+                          lambda *a, _n=name, _f=state_pass: used.append(_n) or _f(*a))
   x = jax.random.normal(jax.random.key(1), (2, 21, 16))
   outputs = {}
   for state_pass in STATE_PASSES:
@@ -207,9 +247,10 @@ def test_model_config_state_pass_reaches_the_chunk_kernel(order, monkeypatch):
 
 def test_state_pass_reaches_every_shard_under_a_sequence_axis(monkeypatch):
   used = []
-  associative = chunkwise.STATE_PASSES["associative"]
-  monkeypatch.setitem(chunkwise.STATE_PASSES, "associative",
-                      lambda *a: used.append("associative") or associative(*a))
+  for registry in (chunkwise.STATE_PASSES, chunkwise.TWO_WAY_PASSES):
+    associative = registry["associative"]
+    monkeypatch.setitem(registry, "associative",
+                        lambda *a, _f=associative: used.append("associative") or _f(*a))
   q, k, v, log_decay, key_mask = make_inputs(37, "selective_vector", seed=9)
   mesh = Mesh(np.asarray(jax.devices()[:1]), ("seq",))
   with jax.enable_x64(True), jax.set_mesh(mesh):
