@@ -19,7 +19,8 @@ With one decay per carried channel (vector decays) the same-chunk mask differs p
 When a chunk's log-decays span at most 2W (`factored_exponent_limit`: 120 in float32), each
 triangle factors through a per-chunk middle R, e^{F_r − R} · e^{R − F_c} = e^{F_r − F_c}, and
 the block is two matmuls with O(C·E) scaling, whose scaled values also make the chunk states
-(`lion_jax.factored`, which has its own backward pass). Chunks that span more (steep chunks,
+(`lion_jax.factored`, which has its own backward pass and passes the states of both directions
+in one loop that reads and writes them where they lie, `TWO_WAY_PASSES`). Chunks that span more (steep chunks,
 which trained selective gates make) are recomputed exactly on the side, up to
 `steep_chunk_capacity` of them; a call with more takes exact [S, S, E] masks in sub-chunks of
 S = 8, one chunk at a time. A token's log-gate below −W/2 is raised to −W/2 first: the mask

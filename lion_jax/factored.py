@@ -221,7 +221,7 @@ def _backward_rule(two_way_states, limit, exact_chunks, fused, saved, grad):
   d_enter_forward = _add(d_enter_forward, slots, steep_grads[5])
   d_enter_backward = _add(d_enter_backward, slots, steep_grads[6])
 
-  # The state pass backwards: the same exclusive scan over the chunks in reverse order.
+  # The state pass backwards: the same two-way pass, each direction now from the other end.
   d_forward_leaving, d_backward_leaving, d_fwd_scan, d_bwd_scan = _states_backward(
       two_way_states, fwd_total, bwd_total, enter_forward, enter_backward, d_enter_forward,
       d_enter_backward)
