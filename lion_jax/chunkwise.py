@@ -20,8 +20,8 @@ When a chunk's log-decays span at most 2W (`factored_exponent_limit`: 120 in flo
 triangle factors through a per-chunk middle R, e^{F_r − R} · e^{R − F_c} = e^{F_r − F_c}, and
 the block is two matmuls with O(C·E) scaling, whose scaled values also make the chunk states
 (`lion_jax.factored`, which has its own backward pass and passes the states of both directions
-in one loop that reads and writes them where they lie, `TWO_WAY_PASSES`). Chunks that span more (steep chunks,
-which trained selective gates make) are recomputed exactly on the side, up to
+in one loop that reads and writes them where they lie, `TWO_WAY_PASSES`). Chunks that span more
+(steep chunks, which trained selective gates make) are recomputed exactly on the side, up to
 `steep_chunk_capacity` of them; a call with more takes exact [S, S, E] masks in sub-chunks of
 S = 8, one chunk at a time. A token's log-gate below −W/2 is raised to −W/2 first: the mask
 across it is below e^{−W/2} (1e-13 in float32) either way (docs/math.md §4.3).
@@ -427,11 +427,11 @@ def _two_way_scan(fwd_totals, fwd_leaving, bwd_totals, bwd_leaving, initial=None
   Step i moves the forward state past chunk i and the backward state past chunk N − 1 − i,
   reading each direction's chunks where they lie and writing each entering state in place. The
   stacked form (`_two_way_stacked`) flips the backward direction, stacks both on the batch axis
-  and moves the chunk axis to the front and back: five copies of [2B, H, N, K, E] states, which
-  at the ListOps preset are twice the size of the layer's token activations. This pass and its
-  gradient (the same loop with the directions' roles swapped, `factored._states_backward`) took
-  60 against 108 ms at B = 4, H = 2, N = 80, K = 64, E = 128 on a 2-core CPU
-  (docs/benchmarks.md §9). Not differentiable by JAX at a usable cost (its loop carries the whole
+  and moves the chunk axis to the front and back: a copy of the [2B, H, N, K, E] states at each
+  of those steps, and at the ListOps preset they are twice the size of the layer's token
+  activations. This pass and its gradient (the same loop with the directions' roles swapped,
+  `factored._states_backward`) took 60 against 108 ms at B = 4, H = 2, N = 80, K = 64,
+  E = 128 on a 2-core CPU (docs/benchmarks.md §9). Not differentiable by JAX at a usable cost (its loop carries the whole
   output); the factored kernel differentiates it by hand.
 
   Args:

@@ -30,8 +30,8 @@ import jax.numpy as jnp
 from flax import nnx
 
 from lion_jax import decay as decay_lib
-from lion_jax.barrier import gradient_barrier
 from lion_jax.attention import resolve_residuals
+from lion_jax.barrier import gradient_barrier
 from lion_jax.config import ModelConfig
 from lion_jax.options import describe
 from lion_jax.grid_order import grid_lion_attention, num_scans
