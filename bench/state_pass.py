@@ -86,9 +86,13 @@ def main(argv=None):
   p.add_argument("--two-way", action="store_true",
                  help="time the scan pass's in-place loop against its stacked form in a "
                       "task's training step (module docstring)")
-  p.add_argument("--task", default="listops", help="with --two-way")
+  # The token tasks whose example lengths `bench/packing.py` generates (Retrieval's need files).
+  p.add_argument("--task", default="listops", choices=("listops", "text"),
+                 help="with --two-way")
   p.add_argument("--preset", default="", help="with --two-way: the task's preset")
   args = p.parse_args(argv)
+  if not args.two_way and (args.task != "listops" or args.preset):
+    p.error("--task and --preset choose the training step that --two-way times; add --two-way")
   if args.two_way:
     if args.quick:
       args.preset = args.preset or "runlocal"

@@ -82,7 +82,8 @@ def bidirectional_chunk_scan(q, k, u, forward_gate, log_decay, chunk_size: int =
   Returns:
     [B, L, H, E] outputs, and [B, L, H, 1] key sums (or None).
   """
-  entering_states = STATE_PASSES[resolve_state_pass(state_pass)]
+  state_pass = resolve_state_pass(state_pass)
+  entering_states = STATE_PASSES[state_pass]
   batch, length, heads, _ = k.shape
   groups = log_decay.shape[-1]
   if with_key_sums and groups != 1:
@@ -128,7 +129,7 @@ def bidirectional_chunk_scan(q, k, u, forward_gate, log_decay, chunk_size: int =
   steep = steep_chunks(*padded[3:], chunk, limit)  # [B, H, N]
   capacity = steep_chunk_capacity(steep.size)
   out = factored.factored_chunks(*chunked, steep_slots(steep, capacity),
-                                 two_way_states=TWO_WAY_PASSES[resolve_state_pass(state_pass)],
+                                 two_way_states=TWO_WAY_PASSES[state_pass],
                                  limit=limit,
                                  exact_chunks=_exact_chunks, initial=initial)
   too_steep = jnp.sum(steep) > capacity
@@ -429,9 +430,10 @@ def _two_way_scan(fwd_totals, fwd_leaving, bwd_totals, bwd_leaving, initial=None
   stacked form (`_two_way_stacked`) flips the backward direction, stacks both on the batch axis
   and moves the chunk axis to the front and back: a copy of the [2B, H, N, K, E] states at each
   of those steps, and at the ListOps preset they are twice the size of the layer's token
-  activations. This pass and its gradient (the same loop with the directions' roles swapped,
-  `factored._states_backward`) took 60 against 108 ms at B = 4, H = 2, N = 80, K = 64,
-  E = 128 on a 2-core CPU (docs/benchmarks.md §9). Not differentiable by JAX at a usable cost (its loop carries the whole
+  activations. Its gradient is the same loop with the directions' roles swapped
+  (`factored._states_backward`); with both, LION-S's training step at the ListOps preset runs
+  1.05-1.09x faster on a 2-core CPU (docs/benchmarks.md §9, `bench/state_pass.py --two-way`).
+  Not differentiable by JAX at a usable cost (its loop carries the whole
   output); the factored kernel differentiates it by hand.
 
   Args:

@@ -347,3 +347,72 @@ def test_the_profile_tells_the_chunk_kernels_backward_stages_apart():
     assert sum(sources.values()) == pytest.approx(len(ops))
     for stage in stages:
       assert any(name.endswith(f"[{stage}]") for name in sources), (stage, sources)
+
+
+def test_the_state_pass_bench_traces_each_two_way_form_and_restores_the_loop(monkeypatch,
+                                                                             capsys):
+  """`bench/state_pass.py --two-way` compares the vector kernel's two ways of running the
+  "scan" pass: each form must be the one traced inside its context (the same values), and the
+  default loop must come back afterwards, also after an error."""
+  import forms  # pylint: disable=import-outside-toplevel
+  import state_pass  # pylint: disable=import-outside-toplevel
+  from lion_jax import chunkwise  # pylint: disable=import-outside-toplevel
+  loop = chunkwise.TWO_WAY_PASSES["scan"]
+  assert state_pass.TWO_WAY_FORMS["loop"] is loop
+  used = []
+  for name, form in list(state_pass.TWO_WAY_FORMS.items()):
+    monkeypatch.setitem(state_pass.TWO_WAY_FORMS, name,
+                        lambda *a, _n=name, _f=form: used.append(_n) or _f(*a))
+  q, k, v, log_decay, cotangent = forms.make_inputs(1, 40, 2, 8, "vector")
+  gradients = {}
+  for name in ("loop", "stacked"):
+    used.clear()
+    with state_pass.two_way_form(name):
+      gradients[name] = forms.grad_fn("chunk_scan", 8, "scan")(q, k, v, log_decay, cotangent)
+    assert set(used) == {name}  # the forward pass and its gradient
+    assert chunkwise.TWO_WAY_PASSES["scan"] is loop
+  for got, want in zip(gradients["stacked"], gradients["loop"]):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+  with pytest.raises(RuntimeError), state_pass.two_way_form("stacked"):
+    raise RuntimeError
+  assert chunkwise.TWO_WAY_PASSES["scan"] is loop
+  with pytest.raises(SystemExit):  # a flag of the step mode, without it: named, not ignored
+    state_pass.main(["--task", "text"])
+  assert "--task and --preset choose the training step that --two-way times" in (
+      capsys.readouterr().err)
+  monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+  with pytest.raises(SystemExit, match="--two-way: the scan pass runs on the CPU"):
+    state_pass.main(["--two-way", "--quick"])
+
+
+def test_the_gradient_barrier_bench_replaces_the_barrier_each_place_calls(capsys):
+  """`--where` swaps a module's `gradient_barrier` while a step is traced: each place must
+  call the barrier through that module's name, or the 'without' case would run it anyway."""
+  import gradient_barrier as bench  # pylint: disable=import-outside-toplevel
+  from lion_jax import barrier, mixer, models  # pylint: disable=import-outside-toplevel
+  # The modules whose barriers tests/test_models.py shows in the compiled gradient.
+  assert bench.PLACES == {"blocks": models, "projections": mixer}
+  for place in bench.PLACES.values():
+    assert place.gradient_barrier is barrier.gradient_barrier
+  with pytest.raises(SystemExit):
+    bench.main(["--where", "projections", "--variants", "lion_s,s5"])
+  assert "--where projections: s5 has no LION mixer" in capsys.readouterr().err
+
+
+# About 60 s on 2 cores: in `make test-all`.
+@pytest.mark.slow
+def test_the_two_way_and_barrier_benches_run_through_at_runlocal_sizes(tmp_path):
+  import gradient_barrier as bench  # pylint: disable=import-outside-toplevel
+  import state_pass  # pylint: disable=import-outside-toplevel
+  state_pass.main(["--two-way", "--quick", "--batch", "4", "--repeats", "3", "--out",
+                   str(tmp_path)])
+  records = json.loads((tmp_path / "state_pass_two_way_quick.json").read_text())["results"]
+  assert [(r["residuals"], r["two_way"]) for r in records] == [
+      ("stored", "loop"), ("stored", "stacked"), ("recomputed", "loop"),
+      ("recomputed", "stacked")]
+  assert all(r["median_s"] > 0 for r in records)
+  bench.main(["--quick", "--where", "projections", "--variants", "lion_s", "--layouts",
+              "packed", "--out", str(tmp_path)])
+  records = json.loads((tmp_path / "gradient_barrier_quick.json").read_text())["results"]
+  assert sorted(r["barrier"] for r in records) == ["barrier", "without"]
+  assert all(r["where"] == "projections" and r["median_s"] > 0 for r in records)
