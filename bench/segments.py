@@ -318,7 +318,8 @@ def main(argv=None):
   p.add_argument("--task", default="listops")
   p.add_argument("--data-dir", default=None,
                  help="take the example lengths from the task's real files in DIR (needed for "
-                      "every token task but listops and text; bench/packing.py's docstring)")
+                      "every token task but listops, text and retrieval, whose lengths "
+                      "bench/packing.py's docstring states)")
   p.add_argument("--batch", type=int, default=50)
   p.add_argument("--preset", default="")
   p.add_argument("--cases", default=DEFAULT_CASES,

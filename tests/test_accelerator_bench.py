@@ -221,8 +221,8 @@ def test_the_segments_bench_forces_a_segment_length_while_tracing_and_restores_t
                          ('{"outputs": [0, 4]}', "positive integers or null")):
     with pytest.raises(SystemExit, match=message):
       segments.parse_kernel_settings(wrong)
-  with pytest.raises(SystemExit, match="'retrieval'.*--data-dir"):  # the bench's own flag
-    segments.main(["--task", "retrieval", "--quick"])
+  with pytest.raises(SystemExit, match="'image'.*token tasks"):  # images are never padded
+    segments.main(["--task", "image", "--quick"])
   with pytest.raises(FileNotFoundError, match=str(tmp_path)):  # --data-dir reaches the loader
     segments.main(["--task", "retrieval", "--quick", "--data-dir", str(tmp_path)])
 

@@ -213,26 +213,51 @@ def test_baselines_train_on_packed_rows(data_dir, tmp_path):
     assert 0.0 <= results["test_accuracy"] <= 1.0
 
 
+def packing_bench(monkeypatch):
+  """bench/packing.py as a module (bench/ is not a package)."""
+  import importlib.util  # pylint: disable=import-outside-toplevel
+  import pathlib  # pylint: disable=import-outside-toplevel
+  import sys  # pylint: disable=import-outside-toplevel
+
+  script = pathlib.Path(__file__).resolve().parents[1] / "bench" / "packing.py"
+  monkeypatch.syspath_prepend(str(script.parent))
+  spec = importlib.util.spec_from_file_location("bench_packing", script)
+  bench = importlib.util.module_from_spec(spec)
+  monkeypatch.setitem(sys.modules, spec.name, bench)
+  spec.loader.exec_module(bench)
+  return bench
+
+
+def test_packing_bench_states_retrieval_lengths_that_leave_nothing_to_pack(monkeypatch):
+  """`bench/packing.py --tasks retrieval` samples AAN's documents as full-text papers (log-normal
+  bytes, median 20,000): under 3% of them end before the 4000-byte cap, and at batch 8 no packed
+  layout holds the step in fewer token slots than the padded rows, so training keeps those.
+  With half the documents short (median 4000) the rule finds a smaller layout."""
+  bench = packing_bench(monkeypatch)
+  seq_len = 4000
+  for median, short_share in ((20_000, (0.005, 0.03)), (4_000, (0.45, 0.55))):
+    lengths = bench.sample_lengths("retrieval", None, seq_len, retrieval_median=median)
+    assert lengths.shape == (bench.SAMPLES, 2) and 10 <= lengths.min()
+    assert lengths.max() == seq_len
+    assert short_share[0] < np.mean(lengths < seq_len) < short_share[1]
+    rows, row_length = packing.choose_rows(lengths, batch_size=8, length=seq_len, seed=0)
+    padded_slots = 8 * 2 * seq_len
+    if median == 20_000:
+      assert rows * row_length == padded_slots
+    else:
+      assert rows * row_length < padded_slots
+
+
 @pytest.mark.slow  # about 20 s: two training setups
 def test_packing_bench_times_retrieval_on_the_lengths_of_real_files(tmp_path, monkeypatch):
   """`bench/packing.py --tasks retrieval --data-dir DIR`: each example's two documents, with the
   lengths the loader reads from DIR, padded as [B, 2, L] and packed as two segments; the padded
   batch holds the very documents the packed batch placed."""
-  import importlib.util  # pylint: disable=import-outside-toplevel
-  import pathlib  # pylint: disable=import-outside-toplevel
-  import sys  # pylint: disable=import-outside-toplevel
-
   from tests.lra_fixtures import aan_row, write_aan  # pylint: disable=import-outside-toplevel
   rng = np.random.default_rng(0)
   write_aan(tmp_path / "aan", [aan_row(str(i % 2), "a" * int(rng.integers(5, 120)),
                                        "b" * int(rng.integers(5, 120))) for i in range(24)])
-  script = pathlib.Path(__file__).resolve().parents[1] / "bench" / "packing.py"
-  monkeypatch.syspath_prepend(str(script.parent))
-  spec = importlib.util.spec_from_file_location("bench_packing_retrieval", script)
-  bench = importlib.util.module_from_spec(spec)
-  monkeypatch.setitem(sys.modules, spec.name, bench)
-  spec.loader.exec_module(bench)
-
+  bench = packing_bench(monkeypatch)
   config, info, seq_len = bench.train_step.task_config("retrieval", "s5,runlocal")
   lengths = bench.sample_lengths("retrieval", config, seq_len, data_dir=str(tmp_path))
   assert lengths.shape == (24, 2) and 5 <= lengths.min() and lengths.max() <= min(120, seq_len)
