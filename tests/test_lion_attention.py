@@ -90,7 +90,7 @@ def definition_grid():
             decay_kind, length, form, marks=pytest.mark.slow)
 
 
-@pytest.mark.parametrize("decay_kind,length,form", definition_grid())
+@pytest.mark.parametrize("decay_kind,length,form", list(definition_grid()))
 def test_every_form_equals_float64_definition(decay_kind, length, form):
   """Every decay shape × convention × normalisation × L, with and without a key mask."""
   inputs, expected = definition_outputs(decay_kind, length)
