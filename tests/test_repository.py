@@ -28,7 +28,8 @@ OUTSIDE_REFERENCE = re.compile("|".join([
     r"\bperformance" + _MD,
     r"\blra_data" + _MD,
 ]))
-ISSUE_NUMBER = re.compile(r"\b[Ii]ssues? #?\d+")
+# An issue number, or the tracker's issue spoken of as the reader's ("the issue's target").
+ISSUE_NUMBER = re.compile(r"\b[Ii]ssues? #?\d+|\b[Tt]he issue(?:'s| that)\b")
 
 
 def _tracked_files() -> list[pathlib.Path]:
@@ -95,6 +96,7 @@ def test_no_tracked_file_cites_a_document_outside_the_repository():
 
 def test_readme_and_docs_carry_no_issue_numbers():
   assert ISSUE_NUMBER.search("Issue 2's targets") and ISSUE_NUMBER.search("(issue #7)")
+  assert ISSUE_NUMBER.search("the issue's guess") and ISSUE_NUMBER.search("The issue that asked")
   user_docs = [path for path in _tracked_files()
                if path == ROOT / "README.md" or (path.suffix == ".md" and "docs" in
                                                  path.relative_to(ROOT).parts[:1])]
