@@ -80,7 +80,8 @@ def main(argv=None):
     p.error(f"--layouts {args.layouts}: {args.task} is an image task, whose rows are always "
             "full: give --layouts padded")
   variants = [v for v in args.variants.split(",") if v]
-  if args.where == "projections" and (others := [v for v in variants if not v.startswith("lion")]):
+  if args.where == "projections" and (others := [
+      v for v in variants if train_step.task_config(args.task, v)[0].model.mixer != "lion"]):
     p.error(f"--where projections: {', '.join(others)} has no LION mixer; give LION variants")
   if args.quick:
     args.preset, args.repeats = "runlocal", 3

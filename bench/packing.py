@@ -60,11 +60,11 @@ from lra.data import listops as listops_data  # noqa: E402
 from lra.data import packing  # noqa: E402
 from lra.data.generators import listops as listops_generator  # noqa: E402
 from lra.data.split import Split  # noqa: E402
-from lra.tasks import load_task  # noqa: E402
+from lra.tasks import TASKS, load_task  # noqa: E402
 
 SAMPLES = 2000
-# The tasks whose examples vary in length, each with the distribution the docstring states.
-TOKEN_TASKS = ("listops", "text", "retrieval")
+# The token tasks whose length distribution the docstring states (others need --data-dir).
+STATED_LENGTHS = ("listops", "text", "retrieval")
 # Retrieval's stated document lengths (module docstring): log-normal bytes, this σ.
 RETRIEVAL_SIGMA = 0.75
 
@@ -72,8 +72,9 @@ RETRIEVAL_SIGMA = 0.75
 def sample_lengths(task: str, config, seq_len: int, seed: int = 0,
                    data_dir: str | None = None, retrieval_median: float = 20_000) -> np.ndarray:
   """[SAMPLES] example lengths of `task` ([SAMPLES, 2] for Retrieval; module docstring)."""
-  if task not in TOKEN_TASKS:
-    raise SystemExit(f"task {task!r}: packing is for the token tasks {', '.join(TOKEN_TASKS)}; "
+  if TASKS[task].info.input_kind != "tokens":
+    raise SystemExit(f"task {task!r}: packing is for token tasks ("
+                     f"{', '.join(t for t in TASKS if TASKS[t].info.input_kind == 'tokens')}); "
                      f"every {task} example has the same length")
   if data_dir:
     splits, _ = load_task(task, data_dir, seq_len=seq_len)
@@ -87,9 +88,13 @@ def sample_lengths(task: str, config, seq_len: int, seed: int = 0,
   if task == "text":
     rng = np.random.default_rng(seed)
     return np.clip(rng.lognormal(np.log(979), 0.74, SAMPLES).astype(int), 10, seq_len)
-  rng = np.random.default_rng(seed)
-  documents = rng.lognormal(np.log(retrieval_median), RETRIEVAL_SIGMA, (SAMPLES, 2))
-  return np.clip(documents.astype(int), 10, seq_len)
+  if task == "retrieval":
+    rng = np.random.default_rng(seed)
+    documents = rng.lognormal(np.log(retrieval_median), RETRIEVAL_SIGMA, (SAMPLES, 2))
+    return np.clip(documents.astype(int), 10, seq_len)
+  raise SystemExit(f"task {task!r}: no length distribution is stated for it here (only for "
+                   f"{', '.join(STATED_LENGTHS)}); give the folder of its real files with "
+                   "--data-dir")
 
 
 def split_of(lengths: np.ndarray, info, seq_len: int, seed: int = 0) -> Split:
@@ -195,8 +200,9 @@ def main(argv=None):
                 f"({packed['speedup']:.2f}x); memory/example "
                 f"{harness.fmt_bytes(padded['bytes_per_example'])} -> "
                 f"{harness.fmt_bytes(packed['bytes_per_example'])}", flush=True)
-        if packed["rows"] * packed["row_length"] >= batch_size * split.inputs[0].size:
-          packed["trains_padded"] = True  # as `lra.train` decides: nothing to gain
+        if not packing.saves_slots(packed["rows"], packed["row_length"], batch_size,
+                                   split.inputs[0].size):
+          packed["trains_padded"] = True  # as `lra.train` decides
           print("     no layout saves token slots here: training keeps padded rows", flush=True)
         records += [padded, packed]
         harness.write_json(name, records, out_dir)

@@ -86,8 +86,7 @@ def main(argv=None):
   p.add_argument("--two-way", action="store_true",
                  help="time the scan pass's in-place loop against its stacked form in a "
                       "task's training step (module docstring)")
-  # The token tasks whose example lengths `bench/packing.py` generates (Retrieval's need files).
-  p.add_argument("--task", default="listops", choices=("listops", "text"),
+  p.add_argument("--task", default="listops", choices=packing_bench.STATED_LENGTHS,
                  help="with --two-way")
   p.add_argument("--preset", default="", help="with --two-way: the task's preset")
   args = p.parse_args(argv)

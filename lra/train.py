@@ -468,7 +468,7 @@ def _train_batches(config, split, info: TaskInfo, model_config: ModelConfig, mes
       split.lengths, batch_size=config.batch_size, length=split.inputs.shape[-1],
       seed=config.seed, multiple=mesh.shape[steps.DATA_AXIS],
       max_factor=1 if model_config.mixer == "softmax" else 4)
-  if rows * row_length >= config.batch_size * split.inputs[0].size:
+  if not packing.saves_slots(rows, row_length, config.batch_size, split.inputs[0].size):
     logging.info("packing saves no token slots here (%d rows of %d tokens); training on padded "
                  "rows", rows, row_length)
     return padded()

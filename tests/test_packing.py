@@ -129,6 +129,14 @@ def test_an_example_longer_than_a_row_is_named():
     packing.choose_rows(lengths, batch_size=4, length=L, seed=0)
 
 
+def test_packing_pays_only_when_the_layout_has_fewer_token_slots():
+  """B padded examples of D·L slots against R rows of L': equal slots save nothing."""
+  assert packing.saves_slots(rows=3, row_length=2 * L, batch_size=8, example_slots=L)
+  assert not packing.saves_slots(rows=4, row_length=2 * L, batch_size=8, example_slots=L)
+  assert not packing.saves_slots(rows=16, row_length=L, batch_size=8, example_slots=2 * L)
+  assert packing.saves_slots(rows=15, row_length=L, batch_size=8, example_slots=2 * L)
+
+
 def test_padding_share():
   assert packing.padding_share(np.full(10, 16), 64) == 0.75
   assert packing.padding_share(np.full(10, 16), 64, rows=1, batch_size=4) == 0.0
@@ -241,11 +249,7 @@ def test_packing_bench_states_retrieval_lengths_that_leave_nothing_to_pack(monke
     assert lengths.max() == seq_len
     assert short_share[0] < np.mean(lengths < seq_len) < short_share[1]
     rows, row_length = packing.choose_rows(lengths, batch_size=8, length=seq_len, seed=0)
-    padded_slots = 8 * 2 * seq_len
-    if median == 20_000:
-      assert rows * row_length == padded_slots
-    else:
-      assert rows * row_length < padded_slots
+    assert packing.saves_slots(rows, row_length, 8, 2 * seq_len) == (median == 4_000)
 
 
 @pytest.mark.slow  # about 20 s: two training setups

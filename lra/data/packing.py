@@ -278,6 +278,17 @@ class PackedBatchIterator:
     self._iter.close()
 
 
+def saves_slots(rows: int, row_length: int, batch_size: int, example_slots: int) -> bool:
+  """Whether R rows of L' hold a step in fewer token slots than B padded examples do.
+
+  Args:
+    rows, row_length: the packed layout, R rows of L' tokens (`choose_rows`).
+    batch_size: B examples a step.
+    example_slots: the token slots one padded example takes (D·L: 2L for Retrieval's pairs).
+  """
+  return rows * row_length < batch_size * example_slots
+
+
 def padding_share(lengths: np.ndarray, length: int, rows: int | None = None,
                   batch_size: int = 1) -> float:
   """The share of token slots that hold padding: padded (rows=None) or packed into R rows."""
