@@ -69,6 +69,10 @@ class Checkpointer:
   def best_step(self) -> int | None:
     return self.best.latest_step()
 
+  def holds(self, step: int) -> bool:
+    """Whether checkpoints/ holds `step`."""
+    return step in self.latest.all_steps()
+
   def save(self, step: int, state, meta: dict[str, Any], *, best: bool = False) -> None:
     """Saves `state` and `meta` at `step` (into best/ when `best`, else checkpoints/).
 

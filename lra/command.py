@@ -11,9 +11,11 @@ folder is looked up in this project's `configs/`, so the commands work from any 
 multi-process job (JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES / JAX_PROCESS_ID, or an Open MPI
 or SLURM launch) is joined first (`lra.distributed`; docs/multi_device.md). A training run that
 raises leaves `failed.json` (the exception's type and message; `lra.run_records`) in its
-workdir. A mistake the user can fix is one message and exit status 2 (`--traceback` shows the
-trace; `lra.cli`); `--help` lists the tasks, variants, groups and presets. The work happens in
-`lra.train`; this module only parses flags.
+workdir; one stopped by SIGTERM, SIGINT or SIGUSR1 saves the step it reached, leaves
+`preempted.json` and exits with status 75 (`lra.preemption`): rerun it to resume. A mistake
+the user can fix is one message and exit status 2 (`--traceback` shows the trace; `lra.cli`);
+`--help` lists the tasks, variants, groups and presets. The work happens in `lra.train`; this
+module only parses flags.
 """
 
 import importlib.util
@@ -167,8 +169,15 @@ def main(argv):
   distributed.initialize(distributed.ClusterSpec.from_env(os.environ),
                          init_timeout_s=FLAGS.distributed_init_timeout,
                          heartbeat_timeout_s=FLAGS.distributed_heartbeat_timeout)
-  with distributed.stop_job_on_error():
+  with distributed.stop_job_on_error(on_error=_record_failure):
     _train_or_evaluate()
+
+
+def _record_failure(error: BaseException, process: int | None = None) -> None:
+  """Leaves the failure record of a training run (`lra.run_records.record_failure`); never
+  raises."""
+  if FLAGS.workdir and FLAGS.mode == "train":
+    run_records.record_failure(FLAGS.workdir, error, process)
 
 
 def _train_or_evaluate():
@@ -190,7 +199,9 @@ def run_command_line(argv: list[str]) -> int:
 
   A user error is one message and status 2 (`lra.cli`); when training raises, a failure record
   (type and message of the exception, `lra.run_records`) is left in the workdir first, so a
-  sweep learns why the run stopped.
+  sweep learns why the run stopped; an error before training began (a bad flag, a refused
+  resume) leaves a workdir that holds a run as it was. A run stopped by a signal after saving
+  its step prints one line and returns `preemption.EXIT_STATUS` (75).
   """
   if any(arg in HELP_FLAGS for arg in argv[1:]):
     print_help()
@@ -201,10 +212,17 @@ def run_command_line(argv: list[str]) -> int:
   def record_failure(error: BaseException) -> None:
     workdir = _flag_value(argv, "workdir")
     if workdir and _flag_value(argv, "mode") in (None, "train"):
-      run_records.write_failure(workdir, error)
+      run_records.record_failure(workdir, error)
 
-  return cli.run(lambda: app.run(main, argv, flags_parser=parse_flags), program, argv,
-                 on_error=record_failure)
+  def run() -> int | None:
+    from lra import preemption  # pylint: disable=import-outside-toplevel  (imports jax)
+    try:
+      return app.run(main, argv, flags_parser=parse_flags)
+    except preemption.Preempted as stop:
+      print(f"{program}: {stop}", file=sys.stderr, flush=True)
+      return preemption.EXIT_STATUS
+
+  return cli.run(run, program, argv, on_error=record_failure)
 
 
 def console_main() -> int:

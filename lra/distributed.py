@@ -2,7 +2,7 @@
 
     cluster = distributed.ClusterSpec.from_env(os.environ)   # None: a one-process run
     distributed.initialize(cluster, init_timeout_s=300, heartbeat_timeout_s=100)
-    with distributed.stop_job_on_error():
+    with distributed.stop_job_on_error(on_error=record):
       ...                                                  # the training
 
 A job is described either by JAX's own variables (`JAX_COORDINATOR_ADDRESS`,
@@ -26,9 +26,11 @@ import socket
 import sys
 import time
 import traceback
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 import jax
+
+from lra import preemption
 
 # Launchers whose environment jax.distributed.initialize() reads by itself: variable -> world size.
 LAUNCHER_SIZE_VARIABLES = {"OMPI_COMM_WORLD_SIZE": "Open MPI", "SLURM_NTASKS": "SLURM"}
@@ -137,22 +139,32 @@ def initialize(cluster: ClusterSpec | None, *, init_timeout_s: int, heartbeat_ti
 
 
 @contextlib.contextmanager
-def stop_job_on_error() -> Iterator[None]:
+def stop_job_on_error(on_error: Callable[[BaseException, int], None] | None = None
+                      ) -> Iterator[None]:
   """In a multi-process run, turns an exception into an immediate exit with status 1.
 
   A normal exit waits at JAX's shutdown barrier for every other process, which after a
   peer died lasts until the heartbeat timeout. Exiting at once instead also stops the
-  others without delay: their next collective with this process fails.
+  others without delay: their next collective with this process fails. A stop on a signal
+  (`lra.preemption.Preempted`) is no error: every process saved the same step and raises it
+  at the same point, so it ends the job normally.
+
+  Args:
+    on_error: called with the exception and this process's index before the exit (to leave a
+      failure record; it must not raise).
   """
   try:
     yield
   except BaseException as error:  # pylint: disable=broad-exception-caught
     # One process (asked without starting a backend for an error that came before any use of
-    # JAX), or a clean exit: nothing to stop.
+    # JAX), a clean exit, or a stop that every process makes together: nothing to stop.
     if (not jax.distributed.is_initialized() or jax.process_count() == 1
-        or isinstance(error, SystemExit) and not error.code):
+        or isinstance(error, SystemExit) and not error.code
+        or isinstance(error, preemption.Preempted)):
       raise
     traceback.print_exc()
+    if on_error is not None:
+      on_error(error, jax.process_index())
     print(f"process {jax.process_index()} of {jax.process_count()} failed: "
           f"{type(error).__name__}: {error}\nstopping this process now; the others stop when "
           "their next step fails or after --distributed_heartbeat_timeout seconds. Rerun all "

@@ -1,13 +1,25 @@
-"""What became of a run, as files in its workdir: shared by `run.py`, `lra.sweep` and
+"""What became of a run, as files in its workdir: shared by `run.py`, `lra.train`, `lra.sweep` and
 `lra.sweep_report` (no jax, so the sweep and its reports stay light).
 
-  results.json  written by `lra.train` when a run finishes: it is done.
-  failed.json   written by `run.py` when training raised: {"type", "message"} of the exception
-                (plus "returncode", added by the sweep). A run that exits non-zero without
-                writing one (e.g. a bad flag absl rejects before training) gets a record from the
-                sweep with "type": null.
-  sweep.lock    the pid of the sweep running it; command.txt, sweep.log: its command and output;
-                starts.jsonl: one line per (re)start, {"time", "commit"} of the code it started at.
+  results.json    written by `lra.train` when a run finishes: it is done.
+  preempted.json  written by `lra.train` when a signal stopped it after saving the step it reached
+                  (`lra.preemption`): {"signal", "step", "signal_time", "time", "seconds",
+                  "save_seconds", "step_seconds", "pending_eval", "processes", "message"}. A rerun
+                  resumes it.
+  failed.json     written by `run.py` when training raised: {"type", "message"} of the exception
+                  (plus "process" in a multi-process job, and "returncode", added by the sweep).
+                  A run that exits non-zero without writing one (e.g. a bad flag absl rejects
+                  before training) gets a record from the sweep with "type": null; so does one
+                  that crashed (an XLA abort: "type" is the signal).
+  killed.json     written by the sweep when its trainer died of a signal it could not handle
+                  (SIGKILL, or one that came before its handlers were installed), so it left no
+                  record: {"signal", "returncode", "step" (its last checkpoint), "message"}.
+  sweep.lock      the pid of the sweep running it; command.txt, sweep.log: its command and output;
+                  starts.jsonl: one line per (re)start, {"time", "commit"} of the code it started at.
+
+A record tells how the last session ended, so a session that starts (`begin_session`) removes
+the ending records of the one before. A command that stops before a session starts (a refused
+resume, a flag error) writes nothing into a workdir that holds a run (`record_failure`).
 
 A sweep with `--records` also keeps each finished run's small files in a second folder
 (`lra.sweep_records`); a run whose workdir holds no outcome takes its status from there.
@@ -22,6 +34,11 @@ from pathlib import Path
 
 RESULTS_FILE = "results.json"
 FAILED_FILE = "failed.json"
+PREEMPTED_FILE = "preempted.json"
+KILLED_FILE = "killed.json"
+# How the last session ended, when it did not finish the run.
+ENDING_FILES = (FAILED_FILE, PREEMPTED_FILE, KILLED_FILE)
+CHECKPOINTS_DIR = "checkpoints"  # `lra.checkpoint.LATEST_DIR`, named here without importing orbax
 LOCK_FILE = "sweep.lock"
 LOG_FILE = "sweep.log"
 COMMAND_FILE = "command.txt"
@@ -72,20 +89,26 @@ def _outcome(folder: Path | None) -> str | None:
 
 
 def status(run: Run) -> str:
-  """"done", "failed", "running" (another live sweep holds it), "partial" or "new".
+  """"done", "failed", "running" (another live sweep holds it), "preempted", "killed", "partial"
+  or "new".
 
   The workdir decides; where it holds no outcome and no live sweep holds the run, the run's
-  records do (a run finished on another machine).
+  records do (a run finished on another machine). "preempted" and "killed" runs stopped from
+  outside and resume on a rerun, as "partial" ones (stopped without a record) do.
   """
   state = _outcome(run.workdir)
   if state:
     return state
   if _held_by_live_process(run.workdir / LOCK_FILE):
     return "running"
+  if (run.workdir / PREEMPTED_FILE).exists():
+    return "preempted"
+  if (run.workdir / KILLED_FILE).exists():
+    return "killed"
   state = _outcome(run.records)
   if state:
     return state
-  return "partial" if (run.workdir / "checkpoints").exists() else "new"
+  return "partial" if (run.workdir / CHECKPOINTS_DIR).exists() else "new"
 
 
 def outcome_dir(run: Run) -> Path:
@@ -159,26 +182,127 @@ def prepare_workdir(workdir: str | os.PathLike) -> None:
                        "write")
 
 
-def write_failure(workdir: str | os.PathLike, error: BaseException) -> Path | None:
-  """Records that training in `workdir` raised `error`; returns the record's path.
+def write_json(path: Path, record: dict) -> None:
+  """Writes `record` to `path` whole or not at all (a reader never sees half a record)."""
+  staging = path.with_name(f".{path.name}.{os.getpid()}")
+  staging.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+  staging.replace(path)
+
+
+def _read_json(path: Path) -> dict | None:
+  return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+
+
+def holds_run(workdir: str | os.PathLike) -> bool:
+  """Whether `workdir` holds a run: checkpoints to resume, or the results of a finished one."""
+  workdir = Path(workdir)
+  latest = workdir / CHECKPOINTS_DIR
+  return (workdir / RESULTS_FILE).exists() or (latest.is_dir() and any(latest.iterdir()))
+
+
+# The workdirs in which this process began a training session (`begin_session`).
+_SESSIONS: set[Path] = set()
+
+
+def begin_session(workdir: str | os.PathLike, *, remove: bool = True) -> None:
+  """Marks the start of a training session in `workdir`, once the resume checks have passed:
+  the ending records of the last session no longer say how the run stands, and are removed
+  (`remove`: by one process of a job, which share the folder)."""
+  workdir = Path(workdir)
+  _SESSIONS.add(workdir.resolve())
+  if remove:
+    for name in ENDING_FILES:
+      (workdir / name).unlink(missing_ok=True)
+
+
+def record_failure(workdir: str | os.PathLike, error: BaseException,
+                   process: int | None = None) -> Path | None:
+  """Records that training in `workdir` raised `error`, unless that changes a run the error
+  did not touch; returns the record's path, or None.
+
+  An error raised before this process began a session in a workdir that holds a run (a refused
+  resume, a bad flag) leaves the workdir as it was; a finished run keeps results.json as the
+  record of how it ended (a rerun that fails after it finished changes nothing in it). A new
+  workdir gets the record, so that a sweep learns why its run never started. Never raises.
+  """
+  try:
+    workdir = Path(workdir)
+    began = workdir.resolve() in _SESSIONS
+    if (workdir / RESULTS_FILE).exists() or (holds_run(workdir) and not began):
+      return None
+  except Exception:  # pylint: disable=broad-exception-caught  (a recorder must not raise)
+    return None
+  return write_failure(workdir, error, process)
+
+
+def _message(error: BaseException) -> str:
+  try:
+    return str(error)
+  except Exception:  # pylint: disable=broad-exception-caught  (an exception whose str() raises)
+    return f"<{type(error).__name__} whose message cannot be read>"
+
+
+def write_failure(workdir: str | os.PathLike, error: BaseException,
+                  process: int | None = None) -> Path | None:
+  """Writes the failure record of `error` into `workdir` (`process`: which process of a job
+  raised it); returns the record's path.
 
   Never raises: a workdir that does not exist (a mistyped flag stopped the run before it was
   created) or cannot be written (the error being recorded may be just that) gets no record, and
   None is returned.
   """
   path = Path(workdir) / FAILED_FILE
-  record = {"type": exception_type(error), "message": str(error)}
+  record = {"type": exception_type(error), "message": _message(error)}
+  if process is not None:
+    record["process"] = process
   try:
-    path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-  except OSError:
+    write_json(path, record)
+  except Exception:  # pylint: disable=broad-exception-caught  (a recorder must not raise)
     return None
   return path
 
 
+def write_preempted(workdir: str | os.PathLike, record: dict) -> Path:
+  """Writes `preempted.json` (`lra.preemption.Preempted.record`)."""
+  path = Path(workdir) / PREEMPTED_FILE
+  write_json(path, record)
+  return path
+
+
+def read_preempted(workdir: str | os.PathLike) -> dict | None:
+  """The preemption record of `workdir`, or None when there is none."""
+  return _read_json(Path(workdir) / PREEMPTED_FILE)
+
+
+def latest_checkpoint(workdir: str | os.PathLike) -> int | None:
+  """The newest complete checkpoint step in `workdir` (orbax renames a step's folder to its
+  number once it is whole), or None."""
+  latest = Path(workdir) / CHECKPOINTS_DIR
+  steps = [int(p.name) for p in latest.iterdir() if p.name.isdigit()] if latest.is_dir() else []
+  return max(steps, default=None)
+
+
+def write_killed(workdir: str | os.PathLike, signal_name: str, returncode: int) -> dict:
+  """Records that the trainer in `workdir` died of `signal_name` without a record of its own;
+  returns the record."""
+  step = latest_checkpoint(workdir)
+  resumes = (f"resumes from its checkpoint at step {step}; the steps after it are lost"
+             if step is not None else "has no checkpoint: a rerun starts it from scratch")
+  record = {"signal": signal_name, "returncode": returncode, "step": step,
+            "message": f"killed by {signal_name} (exit status {128 - returncode} in a shell) "
+                       f"before it could save; the run {resumes}"}
+  write_json(Path(workdir) / KILLED_FILE, record)
+  return record
+
+
+def read_killed(workdir: str | os.PathLike) -> dict | None:
+  """The record the sweep left for a killed trainer, or None."""
+  return _read_json(Path(workdir) / KILLED_FILE)
+
+
 def read_failure(workdir: str | os.PathLike) -> dict | None:
   """The failure record of `workdir`, or None when there is none."""
-  path = Path(workdir) / FAILED_FILE
-  return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+  return _read_json(Path(workdir) / FAILED_FILE)
 
 
 def diverged(failure: dict) -> bool:

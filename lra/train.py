@@ -9,9 +9,15 @@ existing checkpoint in the workdir, else from scratch; a workdir with checkpoint
 with the config they were trained with (`lra.resume`). Test accuracy is always measured
 at the best-validation checkpoint, never the last one (LRA issue #15).
 
-The loop reads top to bottom in `train_and_evaluate`; `Schedule` says what is due at a
-step, `TrainSums` collects the step metrics, `Throughput` times the steps alone. Every
-process of a multi-process job makes the same calls (docs/multi_device.md).
+The loop reads top to bottom in `_train`; `Schedule` says what is due at a step, `TrainSums`
+collects the step metrics, `Throughput` times the steps alone, `_Session` validates, saves and
+stops. Every process of a multi-process job makes the same calls (docs/multi_device.md).
+
+A signal (SIGTERM, SIGINT, SIGUSR1; `lra.preemption`) stops a run after the step it is in, or
+between two evaluation batches: the step is saved, `preempted.json` says which signal stopped it
+at which step and when, and `Preempted` is raised; a rerun resumes from that step and ends with
+the results of an uninterrupted run. A stop inside a validation saves the step with the
+validation still to do, and the rerun does it first.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ from lion_jax.attention import resolve_residuals
 from lion_jax.blocks import takes_segments
 from lion_jax.config import ModelConfig
 from lion_jax.options import ConfigError
-from lra import checkpoint, metrics, optim, resume, run_records, steps
+from lra import checkpoint, metrics, optim, preemption, resume, run_records, steps
 from lra.data import packing
 from lra.data.batching import make_loader
 from lra.data.errors import MissingDataError
@@ -211,12 +217,21 @@ def _setup(config, info: TaskInfo, model_config: ModelConfig, total_steps: int,
 
 
 def run_eval(eval_fn, model_state, split, batch_size: int, mesh, *, progress: bool = False,
-             desc: str = "eval") -> dict[str, float]:
-  """Sums of `eval_fn` over one pass of `split` (last batch padded and masked)."""
+             desc: str = "eval", interrupt=None) -> dict[str, float] | None:
+  """Sums of `eval_fn` over one pass of `split` (last batch padded and masked).
+
+  Args:
+    interrupt: asked before each batch, once the batch before is computed (so that a stop is
+      answered within one batch); when it returns True the pass stops and None is returned.
+  """
   loader = make_loader(split, batch_size=batch_size, seed=0, shuffle=False,
                        drop_remainder=False, num_epochs=1)
   total = None
   for batch in tqdm.tqdm(loader, desc=desc, total=len(loader), leave=False, disable=not progress):
+    if interrupt is not None:
+      jax.block_until_ready(total)
+      if interrupt():
+        return None
     sums = eval_fn(model_state, steps.shard_batch(batch, mesh))
     total = sums if total is None else jax.tree.map(lambda a, b: a + b, total, sums)
   return {k: float(v) for k, v in jax.device_get(total).items()}
@@ -278,9 +293,11 @@ class Throughput:
   def __init__(self):
     self.steps, self.seconds, self._since = 0, 0.0, None
 
-  def step_done(self, state) -> None:
+  def step_done(self, outputs) -> None:
+    """Waits for the step that computes `outputs`: the loop then asks whether to stop with no
+    step queued behind this one, so a stop costs at most the step in progress."""
+    jax.block_until_ready(outputs)
     if self._since is None:  # the first step compiles: start the clock after it
-      jax.block_until_ready(state)
       self._since = time.perf_counter()
     else:
       self.steps += 1
@@ -295,6 +312,9 @@ class Throughput:
 
   def examples_per_sec(self, batch_size: int) -> float | None:
     return self.steps * batch_size / self.seconds if self.steps and self.seconds else None
+
+  def seconds_per_step(self) -> float | None:
+    return self.seconds / self.steps if self.steps and self.seconds else None
 
 
 class TrainSums:
@@ -341,8 +361,8 @@ def train_and_evaluate(config: config_dict.ConfigDict, workdir: str,
   """Trains (or resumes) the run in `workdir`, then tests the best checkpoint.
 
   Every process of a multi-process run calls this with the same arguments; process 0
-  alone writes `config.json`, `metrics.jsonl`, `tensorboard/`, `curves.png` and
-  `results.json`, and every number in them is over the global batch.
+  alone writes `config.json`, `metrics.jsonl`, `tensorboard/`, `curves.png`,
+  `results.json` and `preempted.json`, and every number in them is over the global batch.
 
   Args:
     config: an experiment config (`configs/<task>.py`).
@@ -356,14 +376,23 @@ def train_and_evaluate(config: config_dict.ConfigDict, workdir: str,
     ConfigError: bad config fields; ResumeMismatchError (a ConfigError): the workdir's
     checkpoints were trained with another config (`lra.resume`); WorkdirError: the workdir
     cannot be written; MissingDataError: data not found; NonFiniteError: NaN/inf loss or
-    gradients (the last good checkpoint is kept).
+    gradients (the last good checkpoint is kept); preemption.Preempted: a signal stopped the run
+    after it saved the step it reached (`preempted.json`; a rerun resumes it).
   """
   progress = _progress_default() if progress is None else progress
   model_config = check_config(config)
   workdir = Path(workdir)
   changes = resume.check_resumable(config, workdir)
   run_records.prepare_workdir(workdir)  # every process: the same folder, or an error for each
+  with preemption.Watch() as watch:
+    return _train(config, workdir, model_config, changes, watch, progress)
+
+
+def _train(config, workdir: Path, model_config: ModelConfig, changes: dict[str, tuple],
+           watch: preemption.Watch, progress: bool) -> dict[str, Any]:
+  """`train_and_evaluate` once its checks have passed: the session that changes the workdir."""
   is_main = jax.process_index() == 0
+  run_records.begin_session(workdir, remove=is_main)
   if is_main and not resume.has_checkpoints(workdir):
     resume.write_config(config, workdir)
   traces_before = dict(steps.trace_counts)
@@ -382,52 +411,49 @@ def train_and_evaluate(config: config_dict.ConfigDict, workdir: str,
   state, meta = _resume(ckpt, setup.state, train_iter, workdir, schedule)
   if is_main and changes:
     resume.record_changes(workdir, meta["step"], changes)
+  if is_main and meta.get("pending_eval"):
+    _forget_validation(workdir, meta["step"])
   logging.info("%s: %d params, %d train examples, %d steps (%d per epoch), devices %s, mesh %s",
                config.task, setup.num_params, len(splits["train"]), schedule.total_steps,
                schedule.steps_per_epoch, jax.devices(), dict(setup.mesh.shape))
 
   writer = metrics.MetricWriter(workdir, resume_step=meta["step"], enabled=is_main)
-  timing = metrics.TimingLog(workdir, resume_step=meta["step"], enabled=is_main)
-  # Training time and timed steps of earlier sessions (each session's first step compiles and
-  # is not timed).
-  seconds_before, steps_before = meta.get("train_seconds", 0.0), meta.get("timed_steps", 0)
   bar = tqdm.tqdm(total=schedule.total_steps, initial=meta["step"], unit="step",
                   disable=not progress, dynamic_ncols=True)
-  sums, clock = TrainSums(meta["train_sums"], workdir, ckpt), Throughput()
+  session = _Session(config, workdir, schedule, ckpt, meta, train_iter, watch, writer,
+                     eval_fn, splits["val"], setup.mesh, progress)
+  sums, clock = session.sums, session.clock
   try:
+    if watch.should_stop():  # a signal came while the session was set up: nothing new to save
+      raise session.stop(meta["step"], state)
+    if meta.get("pending_eval"):  # stopped inside the validation of the step it resumes from
+      session.evaluate_and_save(meta["step"], state, validate=True)
     for step in range(meta["step"] + 1, schedule.total_steps + 1):
       state, step_metrics = train_fn(state, steps.shard_batch(next(train_iter), setup.mesh))
       sums.add(step, step_metrics)
       bar.update(1)
-      clock.step_done(state)
-      if not schedule.needs_host(step):
+      clock.step_done(step_metrics)
+      stopping = watch.should_stop()
+      if not (stopping or schedule.needs_host(step)):
         continue
       sums.flush()
       clock.pause()
       if schedule.is_log(step):
         _log_train(writer, bar, step, sums.take(), schedule)
-      is_best = False
-      if schedule.is_eval(step):
-        val = _validate(eval_fn, state, splits["val"], config, setup.mesh, progress)
-        writer.write(step, val)
-        timing.write(step, seconds_before + clock.seconds, steps_before + clock.steps,
-                     val["eval_accuracy"])
-        logging.info("step %d: %s", step, _fmt(val))
-        if is_best := val["eval_accuracy"] > meta["best_val_accuracy"]:
-          meta.update(best_val_accuracy=val["eval_accuracy"], best_step=step)
-      if schedule.is_checkpoint(step) or is_best:
-        meta.update(step=step, data_iterator=train_iter.get_state(), train_sums=dict(sums.sums),
-                    train_seconds=seconds_before + clock.seconds,
-                    timed_steps=steps_before + clock.steps)
-        ckpt.save(step, state, meta)  # before best/: a restart resumes from here (checkpoint.py)
-        if is_best:
-          ckpt.save(step, state, meta, best=True)
+      if stopping:  # validation, if due, waits for the rerun: the stop costs one step at most
+        raise session.stop(step, state, pending_eval=schedule.is_eval(step))
+      session.evaluate_and_save(step, state, validate=schedule.is_eval(step))
       clock.resume()
+    results = _test_best(config, ckpt, setup, splits, eval_fn, progress, watch.should_stop)
+    if results is None:  # stopped between test batches; the last step is saved
+      raise session.stop(schedule.total_steps, state)
+  except preemption.Preempted:
+    ckpt.close()
+    raise
   finally:
     bar.close()
     writer.close()
 
-  results = _test_best(config, ckpt, setup, splits, eval_fn, progress)
   ckpt.close()
   traces = {name: steps.trace_counts[name] - traces_before.get(name, 0)
             for name in ("train_step", "eval_step")}
@@ -441,9 +467,105 @@ def train_and_evaluate(config: config_dict.ConfigDict, workdir: str,
                      "peak_bytes_in_use"),
                  compiles=traces)
   if is_main:
-    (workdir / RESULTS_FILE).write_text(json.dumps(results, indent=2) + "\n")
+    run_records.write_json(workdir / RESULTS_FILE, results)
     metrics.plot_curves(workdir)
   return results
+
+
+class _Session:
+  """What one training session does between its steps: validate, save, and stop on a signal.
+
+  `meta` is what the next checkpoint saves (`lra.checkpoint`); training seconds and timed steps
+  add this session's (`clock`) to those of the sessions before it.
+  """
+
+  def __init__(self, config, workdir: Path, schedule: Schedule, ckpt: checkpoint.Checkpointer,
+               meta: dict[str, Any], train_iter, watch: preemption.Watch,
+               writer: metrics.MetricWriter, eval_fn, val_split, mesh, progress: bool):
+    self.config, self.workdir, self.schedule, self.ckpt = config, workdir, schedule, ckpt
+    self.meta, self.train_iter, self.watch, self.writer = meta, train_iter, watch, writer
+    self.eval_fn, self.val_split, self.mesh, self.progress = eval_fn, val_split, mesh, progress
+    self.is_main = jax.process_index() == 0
+    self.timing = metrics.TimingLog(workdir, resume_step=meta["step"], enabled=self.is_main)
+    self.sums, self.clock = TrainSums(meta["train_sums"], workdir, ckpt), Throughput()
+    # Training time and timed steps of earlier sessions (each session's first step compiles and
+    # is not timed).
+    self.seconds_before = meta.get("train_seconds", 0.0)
+    self.steps_before = meta.get("timed_steps", 0)
+
+  def evaluate_and_save(self, step: int, state, *, validate: bool) -> None:
+    """After `step`: validates it when `validate` (a signal between two batches raises
+    `Preempted`), and saves it when the schedule asks or it is the best so far."""
+    is_best = False
+    if validate:
+      val = _validate(self.eval_fn, state, self.val_split, self.config, self.mesh,
+                      self.progress, interrupt=self.watch.should_stop)
+      if val is None:
+        raise self.stop(step, state, pending_eval=True)
+      self.writer.write(step, val)
+      self.timing.write(step, self.seconds_before + self.clock.seconds,
+                        self.steps_before + self.clock.steps, val["eval_accuracy"])
+      logging.info("step %d: %s", step, _fmt(val))
+      if is_best := val["eval_accuracy"] > self.meta["best_val_accuracy"]:
+        self.meta.update(best_val_accuracy=val["eval_accuracy"], best_step=step)
+    if self.schedule.is_checkpoint(step) or is_best:
+      self.save(step, state)  # before best/: a restart resumes from here (checkpoint.py)
+      if is_best:
+        self.save(step, state, best=True)
+
+  def save(self, step: int, state, *, best: bool = False, pending_eval: bool = False) -> None:
+    """Saves `state` at `step`, with `pending_eval`: the validation due at `step` is still to
+    be done. A step already saved is kept: it differs from this one only in what its pending
+    validation, now done, added to `meta`."""
+    self.meta.update(step=step, data_iterator=self.train_iter.get_state(),
+                     train_sums=dict(self.sums.sums),
+                     train_seconds=self.seconds_before + self.clock.seconds,
+                     timed_steps=self.steps_before + self.clock.steps, pending_eval=pending_eval)
+    if (self.ckpt.best_step() if best else self.ckpt.latest_step()) != step:
+      self.ckpt.save(step, state, self.meta, best=best)
+
+  def stop(self, step: int, state, *, pending_eval: bool = False) -> preemption.Preempted:
+    """Saves `step` unless checkpoints/ holds it, writes `preempted.json` and returns the
+    exception that ends the session. Every process calls it at the same point."""
+    signal_name, received = self.watch.cause()
+    tic = time.time()
+    if step > 0 and not self.ckpt.holds(step):
+      self.save(step, state, pending_eval=pending_eval)
+      where = f"saved {self.workdir / checkpoint.LATEST_DIR / str(step)}"
+    elif step > 0:
+      where = f"{self.workdir / checkpoint.LATEST_DIR / str(step)} holds it"
+    else:
+      where = "nothing trained yet"
+    done = time.time()
+    later = " (its validation runs first)" if pending_eval else ""
+    record = {
+        "signal": signal_name, "step": step, "total_steps": self.schedule.total_steps,
+        "signal_time": None if received is None else preemption.timestamp(received),
+        "time": preemption.timestamp(done),
+        "seconds": None if received is None else round(done - received, 3),
+        "save_seconds": round(done - tic, 3), "step_seconds": self.clock.seconds_per_step(),
+        "pending_eval": pending_eval, "processes": jax.process_count(),
+        "message": f"{signal_name} stopped the run after step {step} of "
+                   f"{self.schedule.total_steps} ({where}); rerun the same command to resume "
+                   f"it{later}"}
+    if self.is_main:
+      run_records.write_preempted(self.workdir, record)
+    logging.warning("%s", record["message"])
+    return preemption.Preempted(record)
+
+
+def _forget_validation(workdir: Path, step: int) -> None:
+  """Drops what an earlier session's validation at `step` wrote (its metrics.jsonl row, its
+  timing.jsonl row): the step's checkpoint still has that validation to do, and doing it again
+  must not log it twice."""
+  for name, is_validation in ((metrics.METRICS_FILE, lambda row: any(
+      key.startswith("eval_") for key in row)), (metrics.TIMING_FILE, lambda row: True)):
+    path = workdir / name
+    if path.exists():
+      rows = [line for line in path.read_text().splitlines() if line.strip()]
+      kept = [line for line in rows
+              if not (json.loads(line)["step"] == step and is_validation(json.loads(line)))]
+      path.write_text("".join(line + "\n" for line in kept))
 
 
 def _train_batches(config, split, info: TaskInfo, model_config: ModelConfig, mesh):
@@ -494,10 +616,12 @@ def _resume(ckpt: checkpoint.Checkpointer, state, train_iter, workdir: Path,
   return state, meta
 
 
-def _validate(eval_fn, state, split, config, mesh, progress: bool) -> dict[str, float]:
+def _validate(eval_fn, state, split, config, mesh, progress: bool,
+              interrupt=None) -> dict[str, float] | None:
+  """The validation metrics; None when `interrupt` stopped it (`run_eval`)."""
   sums = run_eval(eval_fn, steps.model_state(state), split, config.eval_batch_size or
-                  config.batch_size, mesh, progress=progress, desc="val")
-  return metrics.averages(sums, "eval_")
+                  config.batch_size, mesh, progress=progress, desc="val", interrupt=interrupt)
+  return None if sums is None else metrics.averages(sums, "eval_")
 
 
 def _examples_per_sec(clock: Throughput, batch_size: int, workdir: Path) -> float | None:
@@ -524,15 +648,18 @@ def _fmt(values: dict) -> str:
   return ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in values.items())
 
 
-def _test_best(config, ckpt, setup, splits, eval_fn, progress) -> dict:
+def _test_best(config, ckpt, setup, splits, eval_fn, progress, interrupt=None) -> dict | None:
   """Restores the best-validation checkpoint and evaluates the test split there; with the
-  accuracy of always answering the test split's majority class, the level to beat."""
+  accuracy of always answering the test split's majority class, the level to beat. None when
+  `interrupt` stopped the evaluation (`run_eval`)."""
   best = ckpt.best_step()
   state, meta = ckpt.restore(best, setup.state, best=True)
-  test = metrics.averages(run_eval(eval_fn, steps.model_state(state), splits["test"],
-                                   config.eval_batch_size or config.batch_size, setup.mesh,
-                                   progress=progress, desc="test"),
-                          "test_")
+  sums = run_eval(eval_fn, steps.model_state(state), splits["test"],
+                  config.eval_batch_size or config.batch_size, setup.mesh, progress=progress,
+                  desc="test", interrupt=interrupt)
+  if sums is None:
+    return None
+  test = metrics.averages(sums, "test_")
   return {"best_val_accuracy": meta["best_val_accuracy"], "best_step": best,
           "test_accuracy": test["test_accuracy"], "test_loss": test["test_loss"],
           "test_examples": test["test_examples"],

@@ -79,8 +79,8 @@ def fake_validate(real_validate):
   """`train._validate` with accuracy 0.25 at step 3 and 0.75 at step 6, read from the
   optimizer's step count so that a resumed run sees the same values."""
 
-  def validate(eval_fn, state, *args):
-    values = real_validate(eval_fn, state, *args)
+  def validate(eval_fn, state, *args, **kwargs):
+    values = real_validate(eval_fn, state, *args, **kwargs)
     values["eval_accuracy"] = {3: 0.25, 6: 0.75}[int(np.asarray(state[1]["step"].get_value()))]
     return values
 
