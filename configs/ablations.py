@@ -80,6 +80,15 @@ ABLATION_VARIANTS: dict[str, dict[str, Any]] = {
     # (docs/math.md §5.3, docs/paper_notes.md §15).
     "lion_d_ungated": {"model.decay": "fixed", "model.fixed_gate": False},
     "lion_lit_no_positions": {"model.decay": "lit", "model.positional": "none"},
+    # The ladder from LION-S towards S5 (docs/paper_notes.md §20), each one change on `lion_s`:
+    # an unnormalised decayed sum with S5's input gain 1 − λ (S5 sums its states, LION averages);
+    "lion_s_ssm_sum": {"model.normalize": "none", "model.value_gain": "one_minus_decay"},
+    # q·k fixed at 1: the mixing weights are the selective mask alone (S5's kernel ignores content);
+    "lion_s_content_blind": {"model.feature_map": "constant"},
+    # S5's feed-through D ⊙ x beside the mixed tokens;
+    "lion_s_feedthrough": {"model.feedthrough": True},
+    # S5's optimiser for its SSM parameters: the decays and gate at 1e-3, a third of the rate.
+    "lion_s_ssm_lr": {"decay_learning_rate": 1e-3},
 }
 
 # Variant groups accepted by `lra.sweep --variants`, in the paper's row order.
@@ -101,6 +110,11 @@ GROUPS: dict[str, tuple[str, ...]] = {
     # `cpu` / `cpu_long` every model gets the preset's width, depth, heads, data and schedule
     # (`common.for_mixer`); the report prints each run's parameter count.
     "table7": ("transformer", "s5", "lion_lit", "lion_d", "lion_s"),
+    # Why S5 learns ListOps faster than LION-S at depth: the two ends and one change a rung
+    # (docs/paper_notes.md §20), for the `ladder` preset. `s5_real` is S5 with real decays;
+    # `lion_d` is LION-S without its selective gate; `abl4_unscaled` the plain sum without a gain.
+    "ladder": ("s5", "lion_s", "lion_s_ssm_sum", "s5_real", "lion_s_content_blind",
+               "lion_s_ssm_lr", "lion_s_feedthrough", "lion_d", "abl4_unscaled"),
 }
 
 # Defaults that changed what a variant's command trains, by the dotted config field: the commit
@@ -138,8 +152,13 @@ LABELS: dict[str, str] = {
     "lion_s_paper_literal": "LION-S, Sec. 4.5 literal (clamped)",
     "lion_s_snake": "LION-S♮ (snake orders)",
     "lion_d_snake": "LION-D♮ (snake orders)",
+    "lion_s_ssm_sum": "LION-S, a plain sum with S5's gain 1 − λ",
+    "lion_s_content_blind": "LION-S, q·k = 1 (the mask alone)",
+    "lion_s_feedthrough": "LION-S with S5's feed-through D",
+    "lion_s_ssm_lr": "LION-S, decays at S5's SSM rate",
     "transformer": "Transformer",
     "s5": "S5",
+    "s5_real": "S5, real decays",
 }
 
 TASK_LABELS = {"listops": "ListOps", "text": "Text", "retrieval": "Retrieval", "image": "Image",
@@ -379,3 +398,43 @@ def cpu_order_preset(task: str, mixer: str) -> dict[str, Any]:
     raise ConfigError(f"the cpu_order preset has no {task} width for mixer {mixer!r}: add its "
                       f"equal-parameter width to configs/ablations.EQUAL_PARAMETER_WIDTH[{task!r}]")
   return {**_CPU_ORDER[task], "model.d_model": widths[mixer]}
+
+
+# --- the `ladder` preset (ListOps) -------------------------------------------------------------
+# The cheapest setting found where S5 leads LION-S clearly at equal parameters, for the ladder
+# between the two mixers (docs/paper_notes.md §20): the `cpu` preset's short ListOps (50-150
+# tokens at L = 160, Δ in [0.01, 1], 16,000 expressions) at the depth where the gap opened on
+# long ListOps (6 blocks, §17), about 47-49k parameters each, 2,000 steps of 32 (4 epochs), packed
+# rows. LION has one head as wide as the model (four heads of 9 learnt the same, §17).
+LADDER_WIDTH: dict[str, int] = {"lion": 36, "s5": 64}  # LION-S 48,898, S5 46,362
+
+_LADDER = {
+    **_CPU_COMMON,
+    **_CPU_TASK["listops"],
+    "model.num_layers": 6,
+    "model.num_heads": 1,
+    "packing": True,
+    "num_train_steps": 2000,
+    "eval_every_steps": 250,
+}
+
+
+def ladder_preset(task: str, mixer: str) -> dict[str, Any]:
+  """Dotted-field overrides of the `ladder` flag (`configs/listops.py:<variant>,ladder`).
+
+  Args:
+    task: must be "listops".
+    mixer: the variant's mixer, which picks its width (`LADDER_WIDTH`).
+
+  Returns:
+    Short ListOps, 6 blocks at about 48k parameters, 2,000 steps (`_LADDER`).
+
+  Raises:
+    ConfigError: for another task, or a mixer without a width.
+  """
+  if task != "listops":
+    raise ConfigError(f"the ladder preset is a ListOps preset, not one for {task!r}")
+  if mixer not in LADDER_WIDTH:
+    raise ConfigError(f"the ladder preset has no width for mixer {mixer!r}: add it to "
+                      "configs/ablations.LADDER_WIDTH")
+  return {**_LADDER, "model.d_model": LADDER_WIDTH[mixer]}

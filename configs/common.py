@@ -28,7 +28,8 @@ from lion_jax.config import MIXER_FIELDS, ModelConfig, preset
 from lion_jax.options import ConfigError
 from lra.tasks import TASKS as TASK_REGISTRY
 
-from configs.ablations import ABLATION_VARIANTS, cpu_long_preset, cpu_order_preset, cpu_preset
+from configs.ablations import (ABLATION_VARIANTS, cpu_long_preset, cpu_order_preset, cpu_preset,
+                               ladder_preset)
 
 TASKS = ("listops", "text", "retrieval", "image", "pathfinder", "pathx")
 
@@ -75,6 +76,21 @@ BASELINE_VARIANTS: dict[str, dict[str, Any]] = {
     "transformer": {"model.mixer": "softmax", "model.block": "transformer", "model.norm": "layer",
                     **_LION_CHUNK_AT_DEFAULT},
 }
+# Variants of a baseline: (the baseline, its fields changed). Every task that has the baseline
+# has them, with the task's settings of the baseline underneath.
+DERIVED_BASELINES: dict[str, tuple[str, dict[str, Any]]] = {
+    # S5 with real decays: Λ's imaginary parts dropped (docs/paper_notes.md §20).
+    "s5_real": ("s5", {"model.ssm_real": True}),
+}
+
+
+def _baseline_variants(baselines: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+  """{variant: fields} of the baselines a task lists and of their derived variants."""
+  variants = {name: {**BASELINE_VARIANTS[name], **fields} for name, fields in baselines.items()}
+  for name, (base, changes) in DERIVED_BASELINES.items():
+    if base in baselines:
+      variants[name] = {**variants[base], **changes}
+  return variants
 
 
 # The S5 release's --opt_config rules (lindermanlab/S5 s5/train_helpers.py `create_train_state`,
@@ -121,7 +137,7 @@ def task_variants(task: str) -> dict[str, dict[str, Any]]:
   the baselines its module lists in `BASELINES` (their task settings not included)."""
   baselines = getattr(importlib.import_module(f"configs.{task}"), "BASELINES", {})
   return (VARIANTS | (GRID_VARIANTS if preset(task).grid is not None else {})
-          | {name: BASELINE_VARIANTS[name] for name in baselines})
+          | _baseline_variants({name: {} for name in baselines}))
 
 
 def for_mixer(overrides: dict[str, Any], mixer: str) -> dict[str, Any]:
@@ -147,6 +163,8 @@ PRESET_FLAGS: dict[str, str] = {
     "cpu_order": "every model at equal parameters where Table 7's ordering can show: ListOps at "
                  "cpu_long's lengths, 4x the data, 2,000 steps, ~50k parameters; Pathfinder-32 "
                  "easy without distractors, 1,000 steps, ~12k (configs/ablations.py)",
+    "ladder": "ListOps only: cpu's short expressions, 6 blocks at ~48k parameters, 2,000 steps: "
+              "where S5 leads LION-S, for the ladder between them (configs/ablations.py)",
 }
 
 # What `runlocal` shrinks (any task then finishes in about a minute on a 2-core CPU).
@@ -287,8 +305,7 @@ def get_base_config(task: str, arg: str | None, *, batch_size: int, num_epochs: 
   """
   args = parse_arg(arg, variant="lion_s", **dict.fromkeys(PRESET_FLAGS, False),
                    **(extra_args or {}))
-  variants = task_variants(task) | {name: {**BASELINE_VARIANTS[name], **fields}
-                                    for name, fields in (baselines or {}).items()}
+  variants = task_variants(task) | _baseline_variants(baselines or {})
   if args.variant not in variants:
     raise ConfigError(f"unknown variant {args.variant!r}; known variants: {', '.join(variants)}")
   config = config_dict.ConfigDict()
@@ -362,6 +379,8 @@ def get_base_config(task: str, arg: str | None, *, batch_size: int, num_epochs: 
     set_fields(config, for_mixer(cpu_long_preset(task), mixer), "cpu_long")
   if args.cpu_order:  # equal-parameter models where Table 7's ordering can show
     set_fields(config, for_mixer(cpu_order_preset(task, mixer), mixer), "cpu_order")
+  if args.ladder:  # the testbed of the ladder between S5 and LION-S
+    set_fields(config, for_mixer(ladder_preset(task, mixer), mixer), "ladder")
   if args.runlocal:
     set_fields(config, for_mixer(RUNLOCAL, mixer), "runlocal")
   return config, args

@@ -106,6 +106,12 @@ class ModelConfig:
   convention: str = "symmetric"
   # Output projection W_o after the heads (S5's C analogue).
   output_proj: bool = True
+  # Scale on each key's value before mixing: "none", or "one_minus_decay" (v_j ← (1 − λ_j) ⊙ v_j
+  # per decay channel): S5's ZOH gain (Λ̄ − 1)/Λ up to the constant Λ, which keeps an unnormalised
+  # (normalize="none") decayed sum at a gain of 1 + λ whatever the memory. Needs a decay.
+  value_gain: str = "none"
+  # A learnt per-channel feed-through D ⊙ x added to the mixer output, D ~ N(0, 1): S5's D.
+  feedthrough: bool = False
   eps: float = 1e-6
   # Default evaluation form of every mixer and its chunk size; both can be overridden per call.
   form: str = "chunk_scan"
@@ -152,6 +158,9 @@ class ModelConfig:
   c_init: str = "lecun_normal"
   dt_global: bool = False
   ssm_scan: str = "associative"
+  # Real eigenvalues: Λ's imaginary parts dropped at init and not trained (`lambda_im` absent),
+  # so every S5 state decays without turning, as LION's decays do (docs/paper_notes.md §20).
+  ssm_real: bool = False
 
   def __post_init__(self):
     for name in CHOICES:
@@ -173,6 +182,10 @@ class ModelConfig:
     if self.input_std <= 0:
       raise ConfigError(f"ModelConfig.input_std={self.input_std!r} must be positive.")
     self._check_grid()
+    if self.value_gain != "none" and (self.decay == "lit" or self.scan_order != "raster"):
+      raise ConfigError(f"ModelConfig.value_gain={self.value_gain!r} scales each value by 1 − λ: it "
+                        "needs decay='fixed' or 'selective' and scan_order='raster' (got "
+                        f"decay={self.decay!r}, scan_order={self.scan_order!r}).")
 
   def _check_mixer_fields(self):
     """A field of another mixer changed from its default is an error, never silently unused."""
@@ -263,16 +276,20 @@ class ModelConfig:
 # before them every model was LION in raster order without position encodings, and LION-D
 # had no gate.
 VALUES_BEFORE_FIELD: dict[str, object] = {"fixed_gate": False, "mixer": "lion",
-                                          "positional": "none", "scan_order": "raster"}
+                                          "positional": "none", "scan_order": "raster",
+                                          "value_gain": "none", "feedthrough": False,
+                                          "ssm_real": False}
 
 
 # The fields only one mixer reads (dt_min/dt_max serve LION's HiPPO decays and S5's Δ alike).
 MIXER_FIELDS: dict[str, tuple[str, ...]] = {
     "lion": ("feature_map", "key_dim", "decay", "decay_shape", "decay_param", "selective_mode",
              "selective_bias_init", "fixed_gate", "selective_init_std", "qk_init_std",
-             "decay_init", "v_init", "normalize", "convention", "output_proj", "eps", "form",
-             "chunk_size", "scan_order", "sequence_axis", "state_pass", "residuals"),
-    "s5": ("ssm_size", "ssm_blocks", "conj_sym", "clip_eigs", "c_init", "dt_global", "ssm_scan"),
+             "decay_init", "v_init", "normalize", "convention", "output_proj", "value_gain",
+             "feedthrough", "eps", "form", "chunk_size", "scan_order", "sequence_axis",
+             "state_pass", "residuals"),
+    "s5": ("ssm_size", "ssm_blocks", "conj_sym", "clip_eigs", "c_init", "dt_global", "ssm_scan",
+           "ssm_real"),
     "softmax": ("attention_dim",),
 }
 

@@ -20,6 +20,7 @@ Parameter names (for optimiser partitions; every decay parameter has "decay" in 
                                                    (scan_order="snake"/"snake_outputs", LION♮;
                                                    decay_base/decay_gate then belong to the row snake)
   out_proj/kernel, out_proj/bias                   [H·V, M], [M] (output_proj=True)
+  feedthrough                                      [M] S5's D, y += D ⊙ x (feedthrough=True)
 Shapes: B batch, L length, M = d_model, H heads, K key dim, V = M / H value dim, G decay channels.
 """
 
@@ -44,7 +45,8 @@ def feature_map(x, name: str):
     x: [..., K] projected queries or keys of one head.
     name: "silu_norm" ((SiLU(x) + 0.5)/‖·‖₂, positive: the official release's form, not the
       paper's SiLU(x + 0.5)/‖·‖, see docs/paper_notes.md), "elu1" (ELU(x) + 1), "sigmoid",
-      "relu" or "identity".
+      "relu", "identity" or "constant" (1/√K whatever x is, so every q·k is 1 and the mixing
+      weights are the mask alone: the content-blind control of docs/paper_notes.md §20).
 
   Returns:
     [..., K] features.
@@ -61,6 +63,8 @@ def feature_map(x, name: str):
     return jax.nn.relu(x)
   if name == "identity":
     return x
+  if name == "constant":
+    return jnp.full_like(x, x.shape[-1] ** -0.5)
   raise ValueError(f"feature_map={name!r} is not one of {describe('feature_map')}.")
 
 
@@ -108,6 +112,8 @@ class LionMixer(nnx.Module):
     elif config.v_init == "zoh_lecun":
       self.v_proj.kernel[...] = self.v_proj.kernel[...] * gain[None, :]  # diag(γ) on the state side
     self.out_proj = nnx.Linear(h * v, m, dtype=dtype, rngs=rngs) if config.output_proj else None
+    self.feedthrough = (nnx.Param(jax.random.normal(rngs.params(), (m,)))
+                        if config.feedthrough else None)
 
   def log_decay(self, x):
     """log λ in the shape `lion_attention` takes, or None for LION-LIT.
@@ -186,7 +192,10 @@ class LionMixer(nnx.Module):
     q = phi(project(self.q_proj, k), config.feature_map)  # [B, L, H, K]
     key = phi(project(self.k_proj, k), config.feature_map)  # [B, L, H, K]
     value = project(self.v_proj, v)  # [B, L, H, V]
-    y = grid_lion_attention(q, key, value, self.scan_log_decays(x), grid=config.grid,
+    log_decays = self.scan_log_decays(x)
+    if config.value_gain == "one_minus_decay":
+      value = value * _key_gain(log_decays[0], value.shape)
+    y = grid_lion_attention(q, key, value, log_decays, grid=config.grid,
                             scan_order=config.scan_order,
                             form=config.form if form is None else form,
                             convention=config.convention, normalize=config.normalize,
@@ -196,7 +205,25 @@ class LionMixer(nnx.Module):
                             state_pass=config.state_pass, residuals=config.residuals,
                             segment_ids=segment_ids)  # [B, L, H, V]; lion_attention for scan_order="raster"
     y = y.reshape(batch, length, h * v)  # [B, L, M]
-    return self.out_proj(y) if self.out_proj is not None else y
+    y = self.out_proj(y) if self.out_proj is not None else y
+    if self.feedthrough is not None:
+      y = y + self.feedthrough[...].astype(y.dtype) * x
+    return y
+
+
+def _key_gain(log_decay, value_shape):
+  """1 − λ_j for each key and value channel (`value_gain="one_minus_decay"`).
+
+  Args:
+    log_decay: [H], [H, V], [B, L, H] or [B, L, H, V] as `LionMixer.log_decay` returns.
+    value_shape: (B, L, H, V).
+
+  Returns:
+    [B, L, H, V]-broadcastable gains in (0, 1], as the values' dtype allows.
+  """
+  if log_decay.ndim in (1, 3):  # scalar decays: one per head, shared by its channels
+    log_decay = log_decay[..., None]
+  return jnp.broadcast_to(-jnp.expm1(log_decay), value_shape)
 
 
 def _decay_parameters(config: ModelConfig, groups: int, log_lambda, rngs: nnx.Rngs):

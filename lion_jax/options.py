@@ -27,7 +27,10 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "activation": ("half_glu1", "half_glu2", "full_glu", "gelu"),
     "encoder": ("embed", "dense"),
     "positional": ("auto", "none", "sinusoidal"),
-    "feature_map": ("silu_norm", "elu1", "sigmoid", "relu", "identity"),
+    "feature_map": ("silu_norm", "elu1", "sigmoid", "relu", "identity", "constant"),
+    # What multiplies each key's value before mixing (`LionMixer`): nothing, or 1 − λ_j, the
+    # S5/Mamba input gain that keeps an unnormalised decayed sum bounded.
+    "value_gain": ("none", "one_minus_decay"),
     "decay": ("lit", "fixed", "selective"),
     "decay_shape": ("scalar", "vector"),
     "decay_param": ("neg_exp", "sigmoid"),

@@ -197,7 +197,7 @@ C_INITS = {
 class S5Mixer(nnx.Module):
   """Bidirectional S5 SSM over [B, L, M] sequences, a drop-in for `LionMixer`.
 
-  Parameter names: lambda_re, lambda_im [N]; b_re, b_im [N, M]; c_re, c_im [M, 2N] (forward
+  Parameter names: lambda_re, lambda_im [N] (absent with `ssm_real`); b_re, b_im [N, M]; c_re, c_im [M, 2N] (forward
   states' read-out first); d [M]; log_step [N] ([1] with `dt_global`).
 
   Args:
@@ -215,7 +215,7 @@ class S5Mixer(nnx.Module):
     b_tilde = v.conj().T @ b.astype(jnp.complex64)  # [N, M]
     c_tilde = C_INITS[config.c_init](rngs.params(), m, v)  # [M, 2N]
     self.lambda_re = nnx.Param(jnp.asarray(lam.real, jnp.float32))
-    self.lambda_im = nnx.Param(jnp.asarray(lam.imag, jnp.float32))
+    self.lambda_im = None if config.ssm_real else nnx.Param(jnp.asarray(lam.imag, jnp.float32))
     self.b_re = nnx.Param(b_tilde.real)
     self.b_im = nnx.Param(b_tilde.imag)
     self.c_re = nnx.Param(c_tilde.real)
@@ -230,6 +230,8 @@ class S5Mixer(nnx.Module):
     lambda_re = self.lambda_re[...]
     if self.config.clip_eigs:
       lambda_re = jnp.minimum(lambda_re, -1e-4)
+    if self.lambda_im is None:  # ssm_real: decays that never turn
+      return jax.lax.complex(lambda_re, jnp.zeros_like(lambda_re))
     return lambda_re + 1j * self.lambda_im[...]
 
   def discretize(self):

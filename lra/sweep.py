@@ -348,6 +348,9 @@ def build_parser() -> argparse.ArgumentParser:
   parser.add_argument("--cpu-order", dest="cpu_order", action="store_true",
                       help="equal-parameter models where Table 7's ordering can show "
                            "(ListOps, Pathfinder; configs/ablations.py)")
+  parser.add_argument("--ladder", action="store_true",
+                      help="ListOps: the testbed of the ladder between S5 and LION-S (6 blocks, "
+                           "short expressions; configs/ablations.py)")
   parser.add_argument("--set", dest="sets", action="append", default=[], metavar="FIELD=VALUE",
                       help="config override for every run, e.g. --set num_train_steps=100")
   parser.add_argument("--parallel", type=int, default=1,
@@ -382,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
   tasks = _split_list(args.tasks, common.TASKS, "--tasks")
   variants = expand_variants(args.variants)
   seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
-  flags = tuple(f for f in ("runlocal", "cpu", "cpu_long", "cpu_order") if getattr(args, f))
+  flags = tuple(f for f in ("runlocal", "cpu", "cpu_long", "cpu_order", "ladder") if getattr(args, f))
   runs = plan(tasks, variants, seeds, args.workdir, flags=flags, sets=tuple(args.sets),
               python=args.python, records=args.records)
   skipped = [f"{v} on {t}" for t in tasks for v in variants if v not in common.task_variants(t)]

@@ -38,6 +38,11 @@ EXPECTED = {
     "lion_d_no_positions": {"model.decay": "fixed", "model.positional": "none"},
     "lion_d_ungated": {"model.decay": "fixed", "model.fixed_gate": False},
     "lion_lit_no_positions": {"model.decay": "lit", "model.positional": "none"},
+    # The ladder between LION-S and S5 (docs/paper_notes.md §20).
+    "lion_s_ssm_sum": {"model.normalize": "none", "model.value_gain": "one_minus_decay"},
+    "lion_s_content_blind": {"model.feature_map": "constant"},
+    "lion_s_feedthrough": {"model.feedthrough": True},
+    "lion_s_ssm_lr": {"decay_learning_rate": 1e-3},
 }
 
 
@@ -66,7 +71,8 @@ def test_every_table_row_is_a_variant_and_every_variant_is_expected():
   assert set(EXPECTED) == set(common.VARIANTS)
   assert not set(ablations.ABLATION_VARIANTS) & {"lion_s", "lion_d", "lion_lit"}
   for group in ablations.GROUPS.values():
-    assert set(group) <= set(common.VARIANTS | common.GRID_VARIANTS | common.BASELINE_VARIANTS)
+    assert set(group) <= set(common.VARIANTS | common.GRID_VARIANTS | common.BASELINE_VARIANTS
+                             | common.DERIVED_BASELINES)
     assert len(set(group)) == len(group)
   assert [len(ablations.GROUPS[t]) for t in ("table3", "table6", "table7")] == [5, 8, 5]
 
@@ -84,7 +90,8 @@ def test_variant_differs_from_lion_s_in_exactly_its_fields(task, flags):
 def test_paper_numbers_cover_every_paper_row_and_task():
   paper_rows = {v for t in ("table3", "table6", "table7") for v in ablations.GROUPS[t]}
   assert set(ablations.PAPER) == paper_rows
-  assert set(common.VARIANTS | common.GRID_VARIANTS | common.BASELINE_VARIANTS) <= set(ablations.LABELS)
+  assert set(common.VARIANTS | common.GRID_VARIANTS | common.BASELINE_VARIANTS
+             | common.DERIVED_BASELINES) <= set(ablations.LABELS)
   for variant in paper_rows:
     assert set(ablations.PAPER[variant]) == set(common.TASKS) == set(ablations.TASK_LABELS)
     for task, value in ablations.PAPER[variant].items():
@@ -150,7 +157,8 @@ def _one_step(task, variant, tmp_path):
     config.generate = {}
   if config.seq_len:
     config.seq_len = 32
-  config.model.update(SHRINK)
+  shrink = common.for_mixer({f"model.{k}": v for k, v in SHRINK.items()}, config.model.mixer)
+  config.model.update({k.removeprefix("model."): v for k, v in shrink.items()})
   if task == "pathx":
     config.model.chunk_size = 128
   config.update(dict(batch_size=2, num_train_steps=1, max_examples=4))
@@ -171,7 +179,8 @@ def _one_step(task, variant, tmp_path):
 # test-all (each variant's fields are checked above, fast; the feature maps and selective gates
 # each variant switches are checked against their formulas in tests/test_mixer.py).
 FAST = [("listops", "lion_s"), ("text", "lion_d"), ("pathfinder", "abl3_scalar_decay"),
-        ("retrieval", "abl5_scale_before_mask")]
+        ("retrieval", "abl5_scale_before_mask"), ("listops", "lion_s_ssm_sum"),
+        ("listops", "s5_real")]
 SLOW = [pytest.param(t, v, marks=pytest.mark.slow) for t in common.TASKS for v in EXPECTED
         if (t, v) not in FAST]
 
@@ -197,16 +206,20 @@ def test_reduced_presets_size_every_table7_model_by_one_rule(flag):
     assert train.check_config(config).mixer == config.model.mixer, variant
 
 
-@pytest.mark.parametrize("task", ["listops", "pathfinder"])
-def test_cpu_order_preset_gives_every_model_about_the_same_parameters(task):
-  """The rule of `cpu_order`: same depth, heads, data and schedule; the width per task and mixer
-  puts LION-S, S5 and the Transformer within 7% of one another (the comparison Table 7 is read
-  as)."""
+@pytest.mark.parametrize("task,flag,variants", [
+    ("listops", "cpu_order", ("lion_s", "s5", "transformer")),
+    ("pathfinder", "cpu_order", ("lion_s", "s5", "transformer")),
+    ("listops", "ladder", ("lion_s", "s5", "s5_real", "lion_s_ssm_sum", "lion_s_feedthrough")),
+])
+def test_equal_parameter_presets_give_every_model_about_the_same_parameters(task, flag, variants):
+  """The rule of `cpu_order` and `ladder`: same depth, heads, data and schedule; the width per
+  task and mixer puts LION-S, S5 and the Transformer within 7% of one another (the comparison
+  Table 7 is read as), and the ladder's rungs as well."""
   from flax import nnx  # pylint: disable=import-outside-toplevel
   from lion_jax.models import LraClassifier, count_params  # pylint: disable=import-outside-toplevel
   from lra.tasks import get_task  # pylint: disable=import-outside-toplevel
   info = get_task(task).info
-  configs = {v: _config(task, f"{v},cpu_order") for v in ("lion_s", "s5", "transformer")}
+  configs = {v: _config(task, f"{v},{flag}") for v in variants}
   counts = {}
   for variant, config in configs.items():
     model_config = train.check_config(config)
@@ -221,6 +234,13 @@ def test_cpu_order_preset_gives_every_model_about_the_same_parameters(task):
   for node in ("generate", "task_options"):
     assert len({str(c[node]) for c in configs.values()}) == 1, node
   assert configs["s5"].model.d_model != configs["lion_s"].model.d_model  # widths do differ
+  if flag == "ladder":
+    assert configs["lion_s"].model.num_layers == 6
+    with pytest.raises(ConfigError, match="ladder preset is a ListOps preset"):
+      _config("text", "lion_s,ladder")
+    with pytest.raises(ConfigError, match="no width for mixer 'mamba'.*LADDER_WIDTH"):
+      ablations.ladder_preset(task, "mamba")
+    return
   with pytest.raises(ConfigError, match="cpu_order preset exists for listops, pathfinder"):
     _config("text", "lion_s,cpu_order")
   with pytest.raises(ConfigError, match=f"no {task} width for mixer 'mamba'.*EQUAL_PARAMETER"):

@@ -311,6 +311,8 @@ def test_default_lion_s_mixes_at_unit_scale_and_selects_per_token_at_init(litera
     dict(decay="fixed"),
     dict(decay_shape="scalar", selective_mode="log_additive", convention="code"),
     dict(selective_mode="paper_literal", decay_init="random", feature_map="elu1", key_dim=4),
+    # The ladder's S5-like LION-S: a plain decayed sum with S5's input gain and feed-through.
+    dict(normalize="none", value_gain="one_minus_decay", feedthrough=True),
 ])
 def test_same_parameters_give_the_same_output_in_every_form(overrides):
   # lecun W_v: the ZOH gain (~Δ) would make the mixer output too small for a meaningful check.
@@ -343,7 +345,8 @@ def _feature_map_definition(x, name):
     y = x * sigmoid + 0.5
     return y / np.sqrt((y * y).sum(axis=-1, keepdims=True))
   return {"elu1": np.where(x > 0, x + 1.0, np.exp(x)), "sigmoid": sigmoid,
-          "relu": np.maximum(x, 0.0), "identity": x}[name]
+          "relu": np.maximum(x, 0.0), "identity": x,
+          "constant": np.full_like(x, x.shape[-1] ** -0.5)}[name]
 
 
 @pytest.mark.parametrize("name", CHOICES["feature_map"])
@@ -374,3 +377,65 @@ def test_selective_gate_and_decays_receive_gradients(mode):
     assert float(jnp.abs(leaf[...]).sum()) > 0.0, path
   paths = {"/".join(map(str, path)) for path, _ in nnx.to_flat_state(grads)}
   assert {"decay_base", "decay_gate/kernel", "decay_gate/bias"} <= paths
+
+
+# --- the ladder's options (docs/paper_notes.md §20) ------------------------------------------
+
+
+@pytest.mark.parametrize("decay_shape", ["vector", "scalar"])
+def test_value_gain_and_feedthrough_follow_their_float64_definition(decay_shape):
+  """y = W_o · Σ_j (q_i·k_j) M_ij (1 − λ_j) v_j + D ⊙ x, summed directly in float64."""
+  from tests.reference import expand_log_decay, reference_lion  # pylint: disable=import-outside-toplevel
+  config = small(normalize="none", value_gain="one_minus_decay", feedthrough=True,
+                 decay_shape=decay_shape, v_init="lecun")
+  mixer = LionMixer(config, rngs=nnx.Rngs(3))
+  x, mask = mixer_inputs(length=13)
+  out = np.asarray(nnx.jit(lambda m, x, mask: m(x, mask, form="chunk_scan"))(mixer, x, mask))
+  batch, length, _ = x.shape
+  heads, width = config.num_heads, config.head_dim
+  x64 = np.asarray(x, np.float64)
+  split = lambda proj: (x64 @ np.asarray(proj.kernel[...], np.float64)).reshape(
+      batch, length, heads, -1)
+  phi = lambda z: _feature_map_definition(z, "silu_norm")
+  log_decay = expand_log_decay(np.asarray(mixer.log_decay(x), np.float64), batch, length,
+                               heads, width)
+  values = split(mixer.v_proj) * (1.0 - np.exp(log_decay))
+  mixed = reference_lion(phi(split(mixer.q_proj)), phi(split(mixer.k_proj)), values,
+                         log_decay, normalize="none", key_mask=np.asarray(mask))
+  expected = (mixed.reshape(batch, length, -1) @ np.asarray(mixer.out_proj.kernel[...], np.float64)
+              + np.asarray(mixer.out_proj.bias[...]) + np.asarray(mixer.feedthrough[...]) * x64)
+  real = np.asarray(mask)
+  np.testing.assert_allclose(out[real], expected[real], rtol=2e-5, atol=2e-5)
+
+
+def test_value_gain_keeps_a_plain_sum_at_a_gain_below_two_whatever_the_memory():
+  """With λ fixed, (1 − λ) Σ_j λ^|i−j| ≤ 1 + λ, reached far from the ends: long memories do not
+  blow a plain sum up (without the gain it would be about 2/(1 − λ) = 4000 at Δ = 0.001)."""
+  for dt in (1e-3, 1.0):
+    config = small(decay="fixed", fixed_gate=False, normalize="none", value_gain="one_minus_decay",
+                   feature_map="constant", output_proj=False, dt_min=dt, dt_max=dt)
+    mixer = LionMixer(config, rngs=nnx.Rngs(0))
+    x = jnp.ones((1, 4096, config.d_model))
+    out = np.asarray(mixer(x, form="chunk_scan"))  # W_v = I: every value is 1
+    lam = np.exp(-dt / 2)
+    distances = np.abs(np.arange(4096) - 2048)
+    np.testing.assert_allclose(out[0, 2048], (1 - lam) * np.sum(lam ** distances), rtol=1e-4)
+    assert out.max() <= 1.0 + lam + 1e-5
+
+
+def test_value_gain_needs_a_decay_and_raster_order():
+  with pytest.raises(ValueError, match=r"value_gain='one_minus_decay' .* needs decay='fixed' or "
+                                       r"'selective' .*decay='lit'"):
+    small(decay="lit", value_gain="one_minus_decay")
+
+
+def test_constant_features_make_the_mixing_weights_the_mask_alone():
+  """feature_map="constant": q·k = 1, so LION-S's output is Σ_j M_ij v_j / Σ_j M_ij."""
+  from tests.reference import reference_lion  # pylint: disable=import-outside-toplevel
+  mixer = LionMixer(small(feature_map="constant", output_proj=False), rngs=nnx.Rngs(0))
+  x, _ = mixer_inputs(batch=1, length=9)
+  out = np.asarray(mixer(x, form="rnn"))
+  ones = np.ones((1, 9, 2, 8))
+  expected = reference_lion(ones, ones / 8, np.asarray(x, np.float64).reshape(1, 9, 2, 8),
+                            np.asarray(mixer.log_decay(x), np.float64))
+  np.testing.assert_allclose(out, expected.reshape(1, 9, 16), rtol=1e-5, atol=1e-6)
