@@ -1,0 +1,74 @@
+"""lion-pictures: the mixing matrices are the models' own maps, and the command draws a run."""
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from configs import listops
+from lion_jax import ModelConfig
+from lion_jax.s5 import S5Mixer
+from lra import pictures, resume
+from tests.reference import reference_lion
+
+
+@pytest.mark.parametrize("normalize,value_gain", [("after", False), ("none", True)])
+def test_lion_mixing_weights_applied_to_values_give_the_float64_definition(normalize, value_gain):
+  rng = np.random.default_rng(0)
+  length, heads, key_dim, value_dim = 7, 2, 3, 4
+  q = np.abs(rng.normal(size=(length, heads, key_dim)))
+  k = np.abs(rng.normal(size=(length, heads, key_dim)))
+  v = rng.normal(size=(length, heads, value_dim))
+  log_decay = -np.abs(rng.normal(size=(length, heads, value_dim)))
+  weights = pictures.lion_mixing(q, k, log_decay, normalize=normalize, value_gain=value_gain)
+  mixed = np.einsum("hcij,jhc->ihc", weights, v)
+  gained = v * -np.expm1(log_decay) if value_gain else v
+  expected = reference_lion(q[None], k[None], gained[None], log_decay[None], normalize=normalize,
+                            eps=0.0)[0]
+  np.testing.assert_allclose(mixed, expected, rtol=1e-12)
+
+
+@pytest.mark.parametrize("ssm_real", [False, True])
+def test_s5_kernel_norms_are_the_norms_of_the_mixers_token_to_token_map(ssm_real):
+  """Column m of K_ij is the output at i for a unit input at token j, channel m."""
+  length, width = 6, 4
+  mixer = S5Mixer(ModelConfig(mixer="s5", d_model=width, ssm_size=4, ssm_blocks=1,
+                              ssm_real=ssm_real), rngs=nnx.Rngs(0))
+  impulses = jnp.eye(length * width).reshape(length * width, length, width)  # [L·M, L, M]
+  responses = np.asarray(jax.vmap(lambda u: mixer(u[None])[0])(impulses), np.float64)
+  maps = responses.reshape(length, width, length, width)  # [j, m, i, m']
+  expected = np.linalg.norm(maps, axis=(1, 3)).T  # [i, j]
+  lambda_bar, b_bar = (np.asarray(a, np.complex128) for a in mixer.discretize())
+  c_tilde = np.asarray(mixer.c_re[...]) + 1j * np.asarray(mixer.c_im[...])
+  norms = pictures.s5_kernel_norms(lambda_bar, b_bar, c_tilde, np.asarray(mixer.d[...]), length)
+  np.testing.assert_allclose(norms, expected, rtol=1e-4)
+
+
+@pytest.mark.parametrize("variant", ["lion_s", pytest.param("s5", marks=pytest.mark.slow)])
+def test_the_command_draws_an_untrained_run(variant, tmp_path, capsys):
+  config = listops.get_config(f"{variant},runlocal")
+  config.data_dir = str(tmp_path / "data")
+  config.generate.update(num_train=8, num_val=4, num_test=4, min_length=5, max_length=30)
+  config.seq_len = 32
+  workdir = tmp_path / "run"
+  workdir.mkdir()
+  resume.write_config(config, workdir)
+  assert pictures.main(["--workdir", str(workdir), "--init", "--out", str(tmp_path / "pics")]) == 0
+  for name in ("timescales.png", "mixing.png", "pictures.json"):
+    assert (tmp_path / "pics" / name).stat().st_size > 0, name
+  stats = json.loads((tmp_path / "pics" / "pictures.json").read_text())
+  assert stats["checkpoint"] == "init" and len(stats["layers"]) == config.model.num_layers
+  layer = stats["layers"][0]
+  if variant == "lion_s":  # φ = (SiLU + 0.5)/‖·‖: every q·k in (0, 1]
+    assert 0 < layer["qk"]["min"] <= layer["qk"]["max"] <= 1 + 1e-6
+  else:
+    assert layer["phase_per_token"]["q90"] > 0  # HiPPO's eigenvalues turn
+  assert "layer 0:" in capsys.readouterr().out
+
+
+def test_a_folder_without_a_run_is_named(tmp_path):
+  with pytest.raises(SystemExit):
+    pictures.main(["--workdir", str(tmp_path)])
