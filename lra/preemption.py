@@ -47,8 +47,9 @@ import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
+from lra.run_records import PREEMPTED_STATUS as EXIT_STATUS  # EX_TEMPFAIL
+
 SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
-EXIT_STATUS = 75  # EX_TEMPFAIL
 
 
 class Preempted(Exception):

@@ -39,6 +39,8 @@ KILLED_FILE = "killed.json"
 # How the last session ended, when it did not finish the run.
 ENDING_FILES = (FAILED_FILE, PREEMPTED_FILE, KILLED_FILE)
 CHECKPOINTS_DIR = "checkpoints"  # `lra.checkpoint.LATEST_DIR`, named here without importing orbax
+# The trainer's exit status after a signal stopped it and it saved its step (`lra.preemption`).
+PREEMPTED_STATUS = 75
 LOCK_FILE = "sweep.lock"
 LOG_FILE = "sweep.log"
 COMMAND_FILE = "command.txt"

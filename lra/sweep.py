@@ -28,8 +28,17 @@ The tables go to `--out` (default: `--records`, else the sweep's workdir): `resu
 row per run), `results.md` (rows = variants, columns = tasks, mean ± sample std over seeds with
 the paper's number beside each; `configs/ablations.PAPER`) and `results.png` (bars per task).
 
+A run stopped by a signal saves the step it reached and leaves `preempted.json`; one that died
+of a signal it could not catch (SIGKILL, the OOM killer) gets `killed.json` from the sweep, with
+the checkpoint it resumes from. Both are resumed first by the next sweep, and `results.md`
+reports them as preempted or killed, with the signal and step, never as failed. The sweep itself
+stops on SIGTERM, SIGINT or SIGUSR1 the same way: it passes the signal to the runs in progress,
+starts no more, waits for them to save, writes the report and exits with status 75, for a
+scheduler to requeue it (docs/usage.md, "Preemption").
+
 `--list` prints one shell command per unfinished run for a cluster scheduler (generate the
-data first with `--prepare-only`: parallel jobs must not generate the same data set at once).
+data first with `--prepare-only`: parallel jobs must not generate the same data set at once);
+preempted and killed runs come first.
 Variant groups: `table3`, `table6`, `table7`, `selective`, `hippo_vs_random`, `positions`, `snake`
 (`configs/ablations.GROUPS`) and `all`. The snake variants (LION♮) run on the image tasks only,
 the baselines (`s5`, `transformer`) on the tasks whose config lists them (every task; Path-X has
@@ -39,6 +48,7 @@ the baselines (`s5`, `transformer`) on the tasks whose config lists them (every 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -49,14 +59,16 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from concurrent import futures
 from pathlib import Path
 
 from configs import ablations, common
 from lion_jax.options import ConfigError
-from lra import cli, sweep_records
-from lra.run_records import (COMMAND_FILE, FAILED_FILE, LOG_FILE, RESULTS_FILE, Run, claim,
-                             outcome_dir, read_failure, release, status)
+from lra import cli, run_records, sweep_records
+from lra.run_records import (COMMAND_FILE, FAILED_FILE, LOG_FILE, PREEMPTED_FILE,
+                             PREEMPTED_STATUS, RESULTS_FILE, Run, claim, outcome_dir,
+                             read_failure, release, status)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -194,15 +206,66 @@ def run_environment(parallel: int, environ: dict[str, str] | None = None) -> dic
   return environ
 
 
-def execute(run: Run, stop: threading.Event | None = None,
+class Trainers:
+  """The trainer processes a sweep runs, so that a signal to the sweep reaches them, and whether
+  the sweep is stopping (no run starts after a stop)."""
+
+  def __init__(self):
+    self.stop = threading.Event()
+    self.signum: int | None = None
+    self._running: set[subprocess.Popen] = set()
+    self._lock = threading.RLock()  # also taken by the signal handler, in the main thread
+
+  def start(self, command: list[str], **kwargs) -> subprocess.Popen | None:
+    """`subprocess.Popen(command, **kwargs)`, or None once the sweep is stopping."""
+    with self._lock:  # a signal either finds the process started, or the stop set before it
+      if self.stop.is_set():
+        return None
+      proc = subprocess.Popen(command, **kwargs)
+      self._running.add(proc)
+      return proc
+
+  def finished(self, proc: subprocess.Popen) -> None:
+    with self._lock:
+      self._running.discard(proc)
+
+  def signal(self, signum: int) -> None:
+    """Stops the sweep: no more runs start, and those running get `signum` (to save their
+    step and exit)."""
+    self.signum = self.signum or signum
+    self.stop.set()
+    with self._lock:
+      for proc in self._running:
+        if proc.poll() is None:
+          proc.send_signal(signum)
+
+  @contextlib.contextmanager
+  def forwarding(self) -> Iterator[None]:
+    """Within, SIGTERM, SIGINT and SIGUSR1 to the sweep `signal` its trainers (main thread)."""
+    handler = lambda signum, frame: self.signal(signum)
+    previous = {signum: signal.signal(signum, handler) for signum in STOP_SIGNALS}
+    try:
+      yield
+    finally:
+      for signum, old in previous.items():
+        signal.signal(signum, old)
+
+
+# The signals a scheduler stops a job with (`lra.preemption.SIGNALS`).
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
+
+
+def execute(run: Run, trainers: Trainers | None = None,
             environ: dict[str, str] | None = None) -> str:
   """Trains (or resumes) one run in a subprocess; returns its status afterwards.
 
   A run that another live sweep has claimed since this sweep made its plan is left alone
   ("running"), and one it has finished meanwhile is not trained again. A run that ends with an
   outcome has its records copied (`lra.sweep_records.save`) before its lock is released.
-  `environ` is the subprocess's environment (default: this process's).
+  `environ` is the subprocess's environment (default: this process's); `trainers` registers it
+  with the sweep (default: its own).
   """
+  trainers = trainers or Trainers()
   if not claim(run):
     return status(run)
   try:
@@ -213,21 +276,50 @@ def execute(run: Run, stop: threading.Event | None = None,
     with open(run.workdir / LOG_FILE, "a", encoding="utf-8") as log:
       log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} {shlex.join(run.command)}\n")
       log.flush()
-      proc = subprocess.run(dies_with_this_process(run.command), stdout=log,
-                            stderr=subprocess.STDOUT, check=False, env=environ)
-    # > 0: the trainer raised (run.py wrote its failure record) or exited early. A crash signal
-    # (an XLA abort, a segfault) stops a process before Python can record anything: the sweep
-    # records it. Any other signal stopped the run from outside (the sweep was stopped, or
-    # someone killed the trainer); it resumes later.
-    crashed = -proc.returncode in CRASH_SIGNALS
-    if (proc.returncode > 0 or crashed) and not (stop and stop.is_set()):
-      failure = read_failure(run.workdir) or _unrecorded_exit(run, proc.returncode)
-      (run.workdir / FAILED_FILE).write_text(
-          json.dumps({**failure, "returncode": proc.returncode}, indent=2) + "\n", encoding="utf-8")
+      started = time.time()
+      proc = trainers.start(dies_with_this_process(run.command), stdout=log,
+                            stderr=subprocess.STDOUT, env=environ)
+      if proc is None:
+        return status(run)
+      try:
+        proc.wait()
+      finally:
+        trainers.finished(proc)
+    refused = _record_ending(run, proc.returncode, started)
     sweep_records.save(run)
   finally:
     release(run)
-  return status(run)
+  return "refused" if refused else status(run)
+
+
+def _record_ending(run: Run, returncode: int, started: float) -> bool:
+  """Completes the record of how the trainer ended, where it could not write one itself;
+  returns whether the trainer refused to run (below).
+
+  0: results.json; 75 (`PREEMPTED_STATUS`): it saved its step and wrote preempted.json. > 0: it
+  raised (run.py wrote failed.json; the exit status is added) or exited early (the sweep writes
+  the record), but a user error that refused to touch a workdir holding a run (a resume with
+  another config) leaves it as it is: sweep.log has the message. A crash signal (an XLA abort,
+  a segfault) is a failure with its signal and XLA's fatal log line. Any other signal (SIGKILL,
+  the OOM killer, one that came before the trainer's handlers were installed) killed it
+  without a save: killed.json names the signal and the checkpoint the run resumes from.
+  """
+  workdir = run.workdir
+  if returncode in (0, PREEMPTED_STATUS):
+    return False
+  if returncode < 0 and -returncode not in CRASH_SIGNALS:
+    preempted = workdir / PREEMPTED_FILE
+    if preempted.exists() and preempted.stat().st_mtime >= started:
+      return False  # saved and recorded, then killed on its way out
+    preempted.unlink(missing_ok=True)  # an earlier session's: it no longer says where the run is
+    run_records.write_killed(workdir, signal.Signals(-returncode).name, returncode)
+    return False
+  failure = read_failure(workdir)
+  if failure is None and returncode == cli.USER_ERROR_STATUS and run_records.holds_run(workdir):
+    return True
+  failure = failure or _unrecorded_exit(run, returncode)
+  run_records.write_json(workdir / FAILED_FILE, {**failure, "returncode": returncode})
+  return False
 
 
 # Signals that mean the trainer crashed rather than was stopped: abort() (XLA's fatal checks,
@@ -272,8 +364,20 @@ def prepare_data(runs: list[Run]) -> None:
       train.load_or_generate(config)
 
 
-def run_all(runs: list[Run], parallel: int = 1, retry_failed: bool = False) -> dict[str, int]:
-  """Executes every unfinished run with `parallel` workers; returns counts per final status."""
+# Runs that a signal stopped: the next sweep resumes them before the others.
+STOPPED = ("preempted", "killed")
+
+
+def stopped_first(runs: list[Run]) -> list[Run]:
+  """`runs` with the preempted and killed ones first, each group in plan order."""
+  return sorted(runs, key=lambda run: status(run) not in STOPPED)
+
+
+def run_all(runs: list[Run], parallel: int = 1, retry_failed: bool = False,
+            trainers: Trainers | None = None) -> dict[str, int]:
+  """Executes every unfinished run with `parallel` workers, preempted and killed runs first;
+  returns counts per final status. `trainers` stops them (default: a sweep's own)."""
+  trainers = trainers or Trainers()
   todo = []
   for run in runs:
     state = status(run)
@@ -283,44 +387,46 @@ def run_all(runs: list[Run], parallel: int = 1, retry_failed: bool = False) -> d
       if run.records is not None and (run.records / FAILED_FILE).exists():
         shutil.rmtree(run.records)
       state = status(run)
-    if state in ("new", "partial"):
+    if state in ("new", "partial", *STOPPED):
       todo.append(run)
     elif state == "done":
       _warn_if_changed(run)
+  todo = stopped_first(todo)
+  stopped = sum(status(run) in STOPPED for run in todo)
   print(f"sweep: {len(runs)} runs, {len(runs) - len(todo)} finished, failed or running "
-        f"elsewhere, {len(todo)} to run with {parallel} in parallel", flush=True)
+        f"elsewhere, {len(todo)} to run with {parallel} in parallel"
+        + (f" ({stopped} preempted or killed: resumed first)" if stopped else ""), flush=True)
   if todo:
     prepare_data(todo)
-  stop = threading.Event()
   counts: dict[str, int] = {}
   with futures.ThreadPoolExecutor(max_workers=max(parallel, 1)) as pool:
     tic = time.time()
     environ = run_environment(parallel)
-    jobs = {pool.submit(_timed, run, stop, environ): run for run in todo}
-    try:
-      for i, job in enumerate(futures.as_completed(jobs), 1):
-        run, (state, seconds) = jobs[job], job.result()
-        counts[state] = counts.get(state, 0) + 1
-        print(f"sweep: [{i}/{len(todo)}] {run.name}: {state} after {seconds:.0f} s "
-              f"({time.time() - tic:.0f} s elapsed){_brief(run)}", flush=True)
-    except KeyboardInterrupt:
-      stop.set()  # the children got the same SIGINT; queued runs are not started
-      pool.shutdown(wait=True, cancel_futures=True)
-      raise
+    jobs = {pool.submit(_timed, run, trainers, environ): run for run in todo}
+    for i, job in enumerate(futures.as_completed(jobs), 1):
+      run, (state, seconds) = jobs[job], job.result()
+      counts[state] = counts.get(state, 0) + 1
+      if seconds is None:
+        continue  # not started: the sweep is stopping
+      print(f"sweep: [{i}/{len(todo)}] {run.name}: {state} after {seconds:.0f} s "
+            f"({time.time() - tic:.0f} s elapsed){_brief(run)}", flush=True)
   return counts
 
 
-def _timed(run: Run, stop: threading.Event, environ: dict[str, str]) -> tuple[str, float]:
-  if stop.is_set():
-    return status(run), 0.0
+def _timed(run: Run, trainers: Trainers, environ: dict[str, str]) -> tuple[str, float | None]:
+  if trainers.stop.is_set():
+    return status(run), None
   tic = time.time()
-  return execute(run, stop, environ), time.time() - tic
+  return execute(run, trainers, environ), time.time() - tic
 
 
 def _brief(run: Run) -> str:
   path = outcome_dir(run) / RESULTS_FILE
   if path.exists():
     return f", test accuracy {100 * json.loads(path.read_text())['test_accuracy']:.2f}%"
+  stopped = run_records.read_preempted(run.workdir) or run_records.read_killed(run.workdir)
+  if stopped is not None:
+    return f": {stopped['message']}"
   return f", see {run.workdir / LOG_FILE}"
 
 
@@ -400,7 +506,7 @@ def main(argv: list[str] | None = None) -> int:
   if changed and not args.rerun_changed:
     raise ConfigError(_changed_message(changed, args.records))
   if args.list:
-    for run in runs:
+    for run in stopped_first(runs):
       if status(run) != "done" or run in changed:
         print(shlex.join(run.command))
     return 0
@@ -409,7 +515,10 @@ def main(argv: list[str] | None = None) -> int:
     return 0
   for run in changed:  # --rerun-changed: train them again; git keeps the old records
     shutil.rmtree(run.records)
-  counts = {} if args.report_only else run_all(runs, args.parallel, args.retry_failed)
+  trainers = Trainers()
+  with trainers.forwarding():
+    counts = {} if args.report_only else run_all(runs, args.parallel, args.retry_failed,
+                                                 trainers)
   for run in runs:  # runs finished before --records was given, or by a plain `run.py`
     sweep_records.save(run)
   from lra import sweep_report  # pylint: disable=import-outside-toplevel  (matplotlib)
@@ -423,7 +532,14 @@ def main(argv: list[str] | None = None) -> int:
   paths = sweep_report.write_reports(runs, out, tasks, variants, settings=" ".join(
       [f"--{f.replace('_', '-')}" for f in flags] + [f"--set {s}" for s in args.sets]))
   print(f"sweep: wrote {', '.join(str(p) for p in paths)}")
-  return 1 if counts.get("failed") else 0
+  if counts.get("failed") or counts.get("killed") or counts.get("refused"):
+    return 1
+  if trainers.signum is not None or counts.get("preempted"):
+    print(f"sweep: stopped{' by ' + signal.Signals(trainers.signum).name if trainers.signum else ''}"
+          "; preempted runs saved their steps: rerun the same command to resume them",
+          flush=True)
+    return PREEMPTED_STATUS
+  return 0
 
 
 def _changed_message(changed: dict[Run, dict], records: str) -> str:

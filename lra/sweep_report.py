@@ -7,7 +7,8 @@ Accuracies are test accuracy at the best-validation checkpoint, in percent. The 
 sample standard deviation over seeds (n − 1); a single seed shows no ±.
 
 Each run is read from its workdir, or from its records where only they hold its outcome
-(`lra.sweep_records`). A result whose run recorded a config other than the one its command
+(`lra.sweep_records`). A run a signal stopped is reported as preempted (it saved its step) or
+killed (it could not), with the signal and step, beside the unfinished ones: never as failed. A result whose run recorded a config other than the one its command
 builds today (a default changed since, say) is marked stale, †, with a note naming each
 differing field, the change (`configs/ablations.DEFAULT_CHANGES`) and the commit the run ran at.
 """
@@ -22,7 +23,8 @@ from pathlib import Path
 from configs import ablations
 from lra.metrics import read_timing
 from lra import sweep_records
-from lra.run_records import RESULTS_FILE, Run, diverged, outcome_dir, read_failure, status
+from lra.run_records import (RESULTS_FILE, Run, diverged, outcome_dir, read_failure,
+                             read_killed, read_preempted, status)
 
 # Validation accuracies (%) whose first crossing the speed table times.
 LEVELS = (20, 30, 40, 50, 60, 70, 80, 90)
@@ -34,8 +36,10 @@ CSV_FIELDS = ("task", "variant", "seed", "status", "test_accuracy", "best_val_ac
               "majority_test_accuracy", "best_step", "total_steps", "num_params",
               "train_examples_per_sec",
               "peak_host_memory_bytes", "device_peak_bytes", "paper",
-              "error", "commit", "stale", "workdir")
+              "error", "stopped", "commit", "stale", "workdir")
 STALE = "†"
+# Statuses of runs a signal stopped (`lra.run_records.status`); a rerun resumes them.
+STOPPED = ("preempted", "killed")
 
 
 def collect(runs: list[Run]) -> list[dict]:
@@ -46,7 +50,7 @@ def collect(runs: list[Run]) -> list[dict]:
     folder = outcome_dir(run)
     record = {"task": run.task, "variant": run.variant, "seed": run.seed, "status": status(run),
               "paper": ablations.PAPER.get(run.variant, {}).get(run.task), "error": "",
-              "workdir": str(run.workdir), "commit": "", "stale": {}}
+              "stopped": "", "workdir": str(run.workdir), "commit": "", "stale": {}}
     if record["status"] in ("done", "failed"):
       record["commit"] = " ".join(sweep_records.commits(folder))
       record["stale"] = sweep_records.stale_fields(run)
@@ -61,6 +65,8 @@ def collect(runs: list[Run]) -> list[dict]:
       failure = read_failure(folder)
       record["error"] = ("diverged" if diverged(failure) else
                          f"{failure['type'] or 'exit'}: {failure['message']}".splitlines()[0])
+    elif record["status"] in STOPPED:
+      record["stopped"] = (read_preempted(run.workdir) or read_killed(run.workdir))["message"]
     records.append(record)
   return records
 
@@ -73,17 +79,21 @@ def write_csv(records: list[dict], path: Path) -> None:
 
 
 def _summary(records: list[dict]) -> dict[tuple[str, str], dict]:
-  """(variant, task) -> {"values": [...], "failed": n, "diverged": n, "pending": n, "stale": n}."""
+  """(variant, task) -> {"values": [...], "failed": n, "diverged": n, "preempted": n,
+  "killed": n, "pending": n, "stale": n}."""
   cells: dict[tuple[str, str], dict] = {}
   for r in records:
     cell = cells.setdefault((r["variant"], r["task"]),
-                            {"values": [], "failed": 0, "diverged": 0, "pending": 0, "stale": 0})
+                            {"values": [], "failed": 0, "diverged": 0, "preempted": 0,
+                             "killed": 0, "pending": 0, "stale": 0})
     cell["stale"] += bool(r.get("stale"))
     if r["status"] == "done":
       cell["values"].append(r["test_accuracy"])
     elif r["status"] == "failed":
       cell["failed"] += 1
       cell["diverged"] += r["error"] == "diverged"
+    elif r["status"] in STOPPED:
+      cell[r["status"]] += 1
     else:
       cell["pending"] += 1
   return cells
@@ -112,6 +122,7 @@ def _cell(cell: dict | None, paper) -> str:
     ours = "–"
   ours += STALE if cell["stale"] else ""
   notes = [f"{cell['failed']} ✗"] if cell["failed"] and cell["values"] else []
+  notes += [f"{cell[state]} {state}" for state in STOPPED if cell[state]]
   notes += [f"{cell['pending']} unfinished"] if cell["pending"] else []
   theirs = "" if paper is _NOT_A_PAPER_ROW else f" ({_paper(paper)})"
   return f"{ours}{theirs}" + (f" [{', '.join(notes)}]" if notes else "")
@@ -155,6 +166,7 @@ def markdown(records: list[dict], tasks: list[str], variants: list[str], setting
       "run stopped on a non-finite loss. n/a: the variant does not exist for the task. Avg: "
       "over the columns shown, only when every column has a number.",
   ]
+  notes += _stopped_notes(records)
   if chance:
     notes.append("Majority class: the test accuracy of always answering the test split's most "
                  "frequent label, the level a model has to beat.")
@@ -162,6 +174,17 @@ def markdown(records: list[dict], tasks: list[str], variants: list[str], setting
   if settings:
     notes.append(f"Sweep settings: `{settings}`.")
   return "\n".join(lines + notes) + "\n"
+
+
+def _stopped_notes(records: list[dict]) -> list[str]:
+  """Markdown lines naming each run a signal stopped, and how; none when there is none."""
+  stopped = [r for r in records if r["status"] in STOPPED]
+  if not stopped:
+    return []
+  return ["", "Stopped by a signal, resumed by the next sweep (preempted: it saved the step it "
+          "reached; killed: it could not, and resumes from its last checkpoint):", ""] + [
+              f"* {r['task']}/{r['variant']}/seed{r['seed']}: {r['status']}: {r['stopped']}"
+              for r in stopped]
 
 
 def _stale_notes(records: list[dict]) -> list[str]:

@@ -392,3 +392,104 @@ def test_probe_curves_reads_the_published_equal_parameter_sweep():
                - float(row["test_accuracy"])) < 1e-6, row
   assert all(len(r["evals"]) == 8 for r in runs)  # 2,000 steps, evaluated every 250
   assert "| order | listops | transformer | seed0 |" in probe_curves.table(runs)
+
+
+# A stand-in trainer for the sweep's signal tests: on SIGTERM, SIGINT or SIGUSR1 it records a stop
+# at step 7 and exits 75, as run.py does; with FAKE_TRAINER=finish it finishes its run at once.
+# Each start appends its workdir to $FAKE_TRAINER_LOG.
+FAKE_TRAINER = """\
+import json, os, signal, sys, time
+from pathlib import Path
+workdir = Path(next(a for a in sys.argv if a.startswith("--workdir=")).split("=", 1)[1])
+with open(os.environ["FAKE_TRAINER_LOG"], "a") as log:
+  log.write(f"{workdir}\\n")
+if os.environ.get("FAKE_TRAINER") == "finish":
+  (workdir / "results.json").write_text(json.dumps(
+      {"test_accuracy": 0.5, "best_val_accuracy": 0.5, "best_step": 7}))
+  sys.exit(0)
+def stop(signum, frame):
+  name = signal.Signals(signum).name
+  (workdir / "preempted.json").write_text(json.dumps(
+      {"signal": name, "step": 7, "message": f"{name} stopped the run after step 7 of 12"}))
+  sys.exit(75)
+for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
+  signal.signal(signum, stop)
+(workdir / "started").write_text("")
+time.sleep(120)
+"""
+
+
+def _fake_run(root, variant, code):
+  return run_records.Run("listops", variant, 0, root / "listops" / variant / "seed0",
+                         (sys.executable, "-c", code))
+
+
+def test_preempted_and_killed_runs_are_resumed_first_and_reported_with_their_cause(
+    tmp_path, monkeypatch):
+  root, order = tmp_path / "sw", tmp_path / "order"
+  note = f"open({str(order)!r}, 'a').write('{{}}\\n'); "
+  killed = _fake_run(root, "lion_lit", "import os, pathlib, signal; " + note.format("lion_lit")
+                     + "pathlib.Path('checkpoints/3').mkdir(parents=True, exist_ok=True); "
+                     "os.kill(os.getpid(), signal.SIGKILL)")
+  killed.workdir.mkdir(parents=True)
+  monkeypatch.chdir(killed.workdir)
+  assert sweep.execute(killed) == "killed"
+  assert run_records.read_killed(killed.workdir) == {
+      "signal": "SIGKILL", "returncode": -9, "step": 3,
+      "message": "killed by SIGKILL (exit status 137 in a shell) before it could save; the run "
+                 "resumes from its checkpoint at step 3; the steps after it are lost"}
+  preempted = _fake_run(root, "lion_d", note.format("lion_d"))
+  preempted.workdir.mkdir(parents=True)
+  run_records.write_preempted(preempted.workdir, {
+      "signal": "SIGUSR1", "step": 7, "message": "SIGUSR1 stopped the run after step 7 of 12"})
+  fresh = _fake_run(root, "lion_s", note.format("lion_s"))
+  assert [sweep.status(r) for r in (fresh, preempted, killed)] == ["new", "preempted", "killed"]
+  assert sweep.stopped_first([fresh, preempted, killed]) == [preempted, killed, fresh]
+
+  records = sweep_report.collect([fresh, preempted, killed])
+  assert [r["stopped"] for r in records] == [
+      "", "SIGUSR1 stopped the run after step 7 of 12",
+      run_records.read_killed(killed.workdir)["message"]]
+  text = sweep_report.markdown(records, ["listops"], ["lion_s", "lion_d", "lion_lit"])
+  assert "| LION-D (w/ HiPPO) | – (62.00) [1 preempted] |" in text
+  assert "| LION-LIT | – (16.78) [1 killed] |" in text
+  assert "✗" not in "".join(text.splitlines()[:5])  # the table: nothing failed
+  assert ("* listops/lion_d/seed0: preempted: SIGUSR1 stopped the run after step 7 of 12"
+          in text)
+
+  monkeypatch.setattr(sweep, "prepare_data", lambda runs: None)
+  # The fakes train nothing: each run stays as it was, the preempted one first.
+  assert sweep.run_all([fresh, preempted, killed]) == {"preempted": 1, "killed": 1, "new": 1}
+  assert order.read_text().split() == ["lion_lit", "lion_d", "lion_lit", "lion_s"]
+
+
+def test_a_stopped_sweep_stops_its_runs_reports_them_preempted_and_exits_75(tmp_path):
+  fake = tmp_path / "fake_python"
+  fake.write_text(f"#!{sys.executable}\n{FAKE_TRAINER}")
+  fake.chmod(0o755)
+  root, log = tmp_path / "sw", tmp_path / "started.txt"
+  argv = [sys.executable, "-m", "lra.sweep", "--tasks", "listops", "--variants", "lion_s,lion_d",
+          "--workdir", str(root), "--python", str(fake)]
+  env = dict(os.environ, JAX_PLATFORMS="cpu", FAKE_TRAINER_LOG=str(log))
+  sweep_process = subprocess.Popen(argv, cwd=Path(__file__).resolve().parents[1], env=env,
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+  started = root / "listops/lion_s/seed0/started"
+  deadline = time.monotonic() + 120
+  while not started.exists():
+    assert time.monotonic() < deadline and sweep_process.poll() is None
+    time.sleep(0.05)
+  sweep_process.send_signal(signal.SIGTERM)
+  out, _ = sweep_process.communicate(timeout=120)
+  assert sweep_process.returncode == 75, out
+  assert "stopped by SIGTERM; preempted runs saved their steps" in out
+  assert run_records.read_preempted(root / "listops/lion_s/seed0")["signal"] == "SIGTERM"
+  assert log.read_text().split() == [str(root / "listops/lion_s/seed0")]  # lion_d not started
+  text = (root / "results.md").read_text()
+  assert "| LION-S (w/ HiPPO) | – (62.25) [1 preempted] |" in text
+  assert "| LION-D (w/ HiPPO) | – (62.00) [1 unfinished] |" in text
+  # Rerun: the preempted run first (its plan order is first too here), then the other.
+  rerun = subprocess.run(argv, env={**env, "FAKE_TRAINER": "finish"}, capture_output=True,
+                         text=True, cwd=Path(__file__).resolve().parents[1], timeout=120)
+  assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+  assert "(1 preempted or killed: resumed first)" in rerun.stdout
+  assert "2 of 2 runs finished" in (root / "results.md").read_text()

@@ -6,7 +6,7 @@ the runs are fixture files, and a "trainer" that writes them stands in for run.p
 import csv
 import json
 import shutil
-import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -66,20 +66,18 @@ def _moved(tmp_path, capsys):
 
 def _trainer(monkeypatch, trained):
   """Replaces the trainer subprocess: each run.py command records its run and finishes it."""
-  real = subprocess.run
+  real = sweep.Trainers.start
 
-  def run(command, *args, **kwargs):
-    if not any(str(a).startswith("--workdir=") for a in command):
-      return real(command, *args, **kwargs)
+  def start(self, command, **kwargs):
     workdir = Path(next(a for a in command if a.startswith("--workdir=")).split("=", 1)[1])
     task, variant, seed = workdir.parts[-3:]
     trained.append(f"{task}/{variant}/{seed}")
-    start = command.index(next(a for a in command if str(a).endswith("run.py"))) - 1
-    fake = sweep.Run(task, variant, int(seed[4:]), workdir, tuple(command[start:]))
+    begin = command.index(next(a for a in command if str(a).endswith("run.py"))) - 1
+    fake = sweep.Run(task, variant, int(seed[4:]), workdir, tuple(command[begin:]))
     _finish(fake, accuracy=0.5)
-    return subprocess.CompletedProcess(command, 0)
+    return real(self, [sys.executable, "-c", ""], **kwargs)
 
-  monkeypatch.setattr(subprocess, "run", run)
+  monkeypatch.setattr(sweep.Trainers, "start", start)
   monkeypatch.setattr(sweep, "prepare_data", lambda runs: None)  # no data set to generate
 
 
