@@ -163,7 +163,7 @@ PRESET_FLAGS: dict[str, str] = {
     "cpu_order": "every model at equal parameters where Table 7's ordering can show: ListOps at "
                  "cpu_long's lengths, 4x the data, 2,000 steps, ~50k parameters; Pathfinder-32 "
                  "easy without distractors, 1,000 steps, ~12k (configs/ablations.py)",
-    "ladder": "ListOps only: cpu's short expressions, 6 blocks at ~48k parameters, 1,000 steps: "
+    "ladder": "ListOps only: cpu's short expressions, 6 blocks at ~48k parameters, 2,000 steps: "
               "where S5 leads LION-S, for the ladder between them (configs/ablations.py)",
 }
 

@@ -259,7 +259,7 @@ def draw(description: dict, out: Path) -> list[Path]:
   for depth, (ax, layer) in enumerate(zip(axes[0], layers)):
     mixing = np.abs(layer["mixing"])
     positive = mixing[mixing > 0]
-    floor = max(positive.min(), positive.max() * 1e-6) if positive.size else 1e-12
+    floor = max(positive.min(), positive.max() * 1e-3) if positive.size else 1e-12  # 3 decades
     ax.imshow(np.maximum(mixing, floor), norm=LogNorm(vmin=floor, vmax=mixing.max()),
               cmap="viridis", interpolation="nearest")
     ax.set_title(f"layer {depth}", fontsize=8)

@@ -43,6 +43,7 @@ EXPECTED = {
     "lion_s_content_blind": {"model.feature_map": "constant"},
     "lion_s_feedthrough": {"model.feedthrough": True},
     "lion_s_ssm_lr": {"decay_learning_rate": 1e-3},
+    "lion_s_open_gate": {"model.selective_bias_init": 8.0},
 }
 
 
