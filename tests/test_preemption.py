@@ -57,9 +57,10 @@ SCRIPT = textwrap.dedent("""
       steps.jit_train_step = sending_at(steps.jit_train_step, at)
     if where == "twice":
       real_save = checkpoint.Checkpointer.save
-      def save(self, *args, **kwargs):
-        send()
-        real_save(self, *args, **kwargs)
+      def save(self, step, *args, **kwargs):
+        if step == at:  # the stop's save; step 5's regular one is left alone
+          send()
+        real_save(self, step, *args, **kwargs)
       checkpoint.Checkpointer.save = save
     elif where == "killed in the save":
       workdir = next(a.split("=", 1)[1] for a in argv if a.startswith("--workdir="))
