@@ -116,7 +116,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     # Why S5 learns ListOps faster than LION-S at depth: the two ends and one change a rung
     # (docs/paper_notes.md §20), for the `ladder` preset. `s5_real` is S5 with real decays;
     # `lion_d` is LION-S without its selective gate; `abl4_unscaled` the plain sum without a gain.
-    "ladder": ("s5", "lion_s", "lion_s_open_gate", "lion_s_ssm_sum", "s5_real",
+    "ladder": ("s5", "lion_s", "lion_s_ssm_sum", "s5_real", "lion_s_open_gate",
                "lion_s_content_blind", "lion_s_ssm_lr", "lion_s_feedthrough", "lion_d",
                "abl4_unscaled"),
 }
@@ -425,15 +425,29 @@ _LADDER = {
 }
 
 
-def ladder_preset(task: str, mixer: str) -> dict[str, Any]:
+# The scale of §17's accelerator runs, for the whole ladder in one call on a GPU: `cpu_order`'s
+# long ListOps (32,000 expressions of 250-500 tokens at L = 512, the paper's Δ range), the same
+# 6 blocks and widths, 10,000 steps. The H100 runs of §17 were this preset's lion_s and s5.
+_LADDER_LONG = {
+    **_CPU_ORDER["listops"],
+    "model.num_layers": 6,
+    "model.num_heads": 1,
+    "num_train_steps": 10000,
+    "warmup_epochs": 0.12,  # 120 steps, as in those runs (cpu_long's fraction of an epoch)
+    "eval_every_steps": 500,
+}
+
+
+def ladder_preset(task: str, mixer: str, *, long: bool = False) -> dict[str, Any]:
   """Dotted-field overrides of the `ladder` flag (`configs/listops.py:<variant>,ladder`).
 
   Args:
     task: must be "listops".
     mixer: the variant's mixer, which picks its width (`LADDER_WIDTH`).
+    long: the `ladder_long` flag: long ListOps and 10,000 steps (`_LADDER_LONG`).
 
   Returns:
-    Short ListOps, 6 blocks at about 48k parameters, 2,000 steps (`_LADDER`).
+    Short ListOps, 6 blocks at about 48k parameters, 2,000 steps (`_LADDER`), or the long one.
 
   Raises:
     ConfigError: for another task, or a mixer without a width.
@@ -443,4 +457,4 @@ def ladder_preset(task: str, mixer: str) -> dict[str, Any]:
   if mixer not in LADDER_WIDTH:
     raise ConfigError(f"the ladder preset has no width for mixer {mixer!r}: add it to "
                       "configs/ablations.LADDER_WIDTH")
-  return {**_LADDER, "model.d_model": LADDER_WIDTH[mixer]}
+  return {**(_LADDER_LONG if long else _LADDER), "model.d_model": LADDER_WIDTH[mixer]}

@@ -165,6 +165,8 @@ PRESET_FLAGS: dict[str, str] = {
                  "easy without distractors, 1,000 steps, ~12k (configs/ablations.py)",
     "ladder": "ListOps only: cpu's short expressions, 6 blocks at ~48k parameters, 2,000 steps: "
               "where S5 leads LION-S, for the ladder between them (configs/ablations.py)",
+    "ladder_long": "ListOps only: the ladder at cpu_order's lengths and data, 6 blocks, 10,000 "
+                   "steps: hours a run on a CPU, minutes on a GPU (configs/ablations.py)",
 }
 
 # What `runlocal` shrinks (any task then finishes in about a minute on a 2-core CPU).
@@ -381,6 +383,8 @@ def get_base_config(task: str, arg: str | None, *, batch_size: int, num_epochs: 
     set_fields(config, for_mixer(cpu_order_preset(task, mixer), mixer), "cpu_order")
   if args.ladder:  # the testbed of the ladder between S5 and LION-S
     set_fields(config, for_mixer(ladder_preset(task, mixer), mixer), "ladder")
+  if args.ladder_long:  # the same ladder at the scale of an accelerator
+    set_fields(config, for_mixer(ladder_preset(task, mixer, long=True), mixer), "ladder_long")
   if args.runlocal:
     set_fields(config, for_mixer(RUNLOCAL, mixer), "runlocal")
   return config, args

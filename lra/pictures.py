@@ -198,6 +198,11 @@ def load_model(workdir: Path, *, init: bool):
     state, _ = ckpt.restore(best, setup.state, best=True)
     ckpt.close()
   model = nnx.merge(setup.eval_graphdef, steps.model_state(state))
+  if init:
+    # BatchNorm's running averages start at mean 0, variance 1, so an untrained model in eval
+    # mode would see its raw embeddings; in training mode it sees the normalised inputs it is
+    # trained on (statistics of the one example; the model is discarded after).
+    model.train()
   return config, model, splits["val"]
 
 

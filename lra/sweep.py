@@ -457,6 +457,9 @@ def build_parser() -> argparse.ArgumentParser:
   parser.add_argument("--ladder", action="store_true",
                       help="ListOps: the testbed of the ladder between S5 and LION-S (6 blocks, "
                            "short expressions; configs/ablations.py)")
+  parser.add_argument("--ladder-long", dest="ladder_long", action="store_true",
+                      help="ListOps: the same ladder at cpu_order's lengths, 6 blocks, 10,000 "
+                           "steps, for an accelerator (configs/ablations.py)")
   parser.add_argument("--set", dest="sets", action="append", default=[], metavar="FIELD=VALUE",
                       help="config override for every run, e.g. --set num_train_steps=100")
   parser.add_argument("--parallel", type=int, default=1,
@@ -491,7 +494,8 @@ def main(argv: list[str] | None = None) -> int:
   tasks = _split_list(args.tasks, common.TASKS, "--tasks")
   variants = expand_variants(args.variants)
   seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
-  flags = tuple(f for f in ("runlocal", "cpu", "cpu_long", "cpu_order", "ladder") if getattr(args, f))
+  flags = tuple(f for f in ("runlocal", "cpu", "cpu_long", "cpu_order", "ladder",
+                                  "ladder_long") if getattr(args, f))
   runs = plan(tasks, variants, seeds, args.workdir, flags=flags, sets=tuple(args.sets),
               python=args.python, records=args.records)
   skipped = [f"{v} on {t}" for t in tasks for v in variants if v not in common.task_variants(t)]
