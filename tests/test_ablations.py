@@ -211,6 +211,7 @@ def test_reduced_presets_size_every_table7_model_by_one_rule(flag):
     ("listops", "cpu_order", ("lion_s", "s5", "transformer")),
     ("pathfinder", "cpu_order", ("lion_s", "s5", "transformer")),
     ("listops", "ladder", ("lion_s", "s5", "s5_real", "lion_s_ssm_sum", "lion_s_feedthrough")),
+    ("listops", "ladder_long", ("lion_s", "s5")),
 ])
 def test_equal_parameter_presets_give_every_model_about_the_same_parameters(task, flag, variants):
   """The rule of `cpu_order` and `ladder`: same depth, heads, data and schedule; the width per
@@ -235,7 +236,7 @@ def test_equal_parameter_presets_give_every_model_about_the_same_parameters(task
   for node in ("generate", "task_options"):
     assert len({str(c[node]) for c in configs.values()}) == 1, node
   assert configs["s5"].model.d_model != configs["lion_s"].model.d_model  # widths do differ
-  if flag == "ladder":
+  if flag.startswith("ladder"):
     assert configs["lion_s"].model.num_layers == 6
     with pytest.raises(ConfigError, match="ladder preset is a ListOps preset"):
       _config("text", "lion_s,ladder")
@@ -258,3 +259,17 @@ def test_cpu_order_pathfinder_is_the_easy_task_without_distractor_curves():
   assert config.data_dir != _config("pathfinder", "s5,cpu").data_dir
   assert config.num_train_steps * config.batch_size <= 2 * 0.8 * config.generate.num
   assert config.model.ssm_size == 16
+
+
+def test_ladder_long_is_the_accelerator_runs_of_the_6_block_question():
+  """`ladder_long` trains what the H100 runs of docs/paper_notes.md §17 trained (their records)."""
+  import json  # pylint: disable=import-outside-toplevel
+  from pathlib import Path  # pylint: disable=import-outside-toplevel
+  runs = Path(__file__).parents[1] / "docs/sweep/probes/listops_depth6_10000steps_h100/runs/listops"
+  for variant in ("lion_s", "s5"):
+    stored = _flat(json.loads((runs / variant / "seed0" / "config.json").read_text()))
+    today = _flat(_config("listops", f"{variant},ladder_long"))
+    as_json = lambda value: json.dumps(value, sort_keys=True)  # tuples read back as lists
+    differ = {k for k in stored if k in today and as_json(stored[k]) != as_json(today[k])}
+    unread = {"model.num_heads"} if variant == "s5" else set()  # S5's state has no heads
+    assert differ <= unread, {k: (stored[k], today[k]) for k in differ}
