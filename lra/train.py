@@ -22,6 +22,7 @@ validation still to do, and the rerun does it first.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import importlib
 import json
@@ -294,8 +295,8 @@ class Throughput:
     self.steps, self.seconds, self._since = 0, 0.0, None
 
   def step_done(self, outputs) -> None:
-    """Waits for the step that computes `outputs`: the loop then asks whether to stop with no
-    step queued behind this one, so a stop costs at most the step in progress."""
+    """Waits for the step that computes `outputs` (the loop asks whether to stop only then, with
+    no step queued behind it)."""
     jax.block_until_ready(outputs)
     if self._since is None:  # the first step compiles: start the clock after it
       self._since = time.perf_counter()
@@ -428,8 +429,17 @@ def _train(config, workdir: Path, model_config: ModelConfig, changes: dict[str, 
       raise session.stop(meta["step"], state)
     if meta.get("pending_eval"):  # stopped inside the validation of the step it resumes from
       session.evaluate_and_save(meta["step"], state, validate=True)
+    batch = None
     for step in range(meta["step"] + 1, schedule.total_steps + 1):
-      state, step_metrics = train_fn(state, steps.shard_batch(next(train_iter), setup.mesh))
+      if batch is None:  # this session's first step
+        batch = steps.shard_batch(next(train_iter), setup.mesh)
+      state, step_metrics = train_fn(state, batch)
+      # What a checkpoint of this step resumes from (a copy: the iterator moves on).
+      session.position = copy.deepcopy(train_iter.get_state())
+      # The next batch is drawn while this step computes; the loop then waits for the step, so
+      # that a stop costs at most the step in progress.
+      batch = (steps.shard_batch(next(train_iter), setup.mesh)
+               if step < schedule.total_steps else None)
       sums.add(step, step_metrics)
       bar.update(1)
       clock.step_done(step_metrics)
@@ -483,9 +493,12 @@ class _Session:
                meta: dict[str, Any], train_iter, watch: preemption.Watch,
                writer: metrics.MetricWriter, eval_fn, val_split, mesh, progress: bool):
     self.config, self.workdir, self.schedule, self.ckpt = config, workdir, schedule, ckpt
-    self.meta, self.train_iter, self.watch, self.writer = meta, train_iter, watch, writer
+    self.meta, self.watch, self.writer = meta, watch, writer
     self.eval_fn, self.val_split, self.mesh, self.progress = eval_fn, val_split, mesh, progress
     self.is_main = jax.process_index() == 0
+    # The data iterator's position after the last batch trained on (the loop draws the next
+    # one before it knows whether it stops).
+    self.position = train_iter.get_state()
     self.timing = metrics.TimingLog(workdir, resume_step=meta["step"], enabled=self.is_main)
     self.sums, self.clock = TrainSums(meta["train_sums"], workdir, ckpt), Throughput()
     # Training time and timed steps of earlier sessions (each session's first step compiles and
@@ -517,7 +530,7 @@ class _Session:
     """Saves `state` at `step`, with `pending_eval`: the validation due at `step` is still to
     be done. A step already saved is kept: it differs from this one only in what its pending
     validation, now done, added to `meta`."""
-    self.meta.update(step=step, data_iterator=self.train_iter.get_state(),
+    self.meta.update(step=step, data_iterator=self.position,
                      train_sums=dict(self.sums.sums),
                      train_seconds=self.seconds_before + self.clock.seconds,
                      timed_steps=self.steps_before + self.clock.steps, pending_eval=pending_eval)
@@ -550,7 +563,10 @@ class _Session:
                    f"it{later}"}
     if self.is_main:
       run_records.write_preempted(self.workdir, record)
-    logging.warning("%s", record["message"])
+    after = "" if received is None else f"{done - received:.2f} s after the signal; "
+    step_time = record["step_seconds"]
+    logging.warning("%s (%sthe save took %.2f s%s)", record["message"], after, done - tic,
+                    "" if step_time is None else f"; a training step takes {step_time:.2f} s")
     return preemption.Preempted(record)
 
 
