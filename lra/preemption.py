@@ -23,7 +23,8 @@ signal, so `should_stop` is JAX's preemption sync point
 installs its own SIGTERM handler when the job is joined; the process that receives SIGTERM tells
 the coordination service, which sets the sync point to the step after the furthest process's
 (so the processes stop together, at most a step later). SIGINT and SIGUSR1 enter the same
-protocol by re-sending SIGTERM to this process. Tested with two CPU processes on jaxlib 0.10.2
+protocol by re-sending SIGTERM to this process. It needs JAX's preemption service, on by default
+(`jax_enable_preemption_service`); tested with two CPU processes on jaxlib 0.10.2 and 0.12
 (tests/test_preemption.py).
 
 Exit status 75 is sysexits.h's EX_TEMPFAIL ("a temporary failure; the user is invited to retry

@@ -241,9 +241,11 @@ class Trainers:
 
   @contextlib.contextmanager
   def forwarding(self) -> Iterator[None]:
-    """Within, SIGTERM, SIGINT and SIGUSR1 to the sweep `signal` its trainers (main thread)."""
+    """Within, SIGTERM, SIGINT and SIGUSR1 to the sweep `signal` its trainers (in the main
+    thread, the only one where Python installs handlers; elsewhere signals act as before)."""
     handler = lambda signum, frame: self.signal(signum)
-    previous = {signum: signal.signal(signum, handler) for signum in STOP_SIGNALS}
+    main = threading.current_thread() is threading.main_thread()
+    previous = {signum: signal.signal(signum, handler) for signum in STOP_SIGNALS if main}
     try:
       yield
     finally:

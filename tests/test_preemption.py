@@ -5,7 +5,7 @@ instant (inside a training step, inside a validation, inside the save the stop m
 1-layer, 16-wide LION-S of 12 steps, evaluated at steps 5, 10 and 12. The rerun resumes in this
 process and must end as the same run trained without a stop (`uninterrupted`): the same
 results.json and metrics.jsonl, row for row. Two processes stop together whichever of them gets
-the signal (slow: three 2-process jobs).
+the signal (slow: three 2-process jobs a case).
 """
 
 import json
@@ -265,21 +265,23 @@ def test_a_failing_process_of_a_job_records_its_error_before_it_exits(monkeypatc
   assert seen == [1]
 
 
-def _start_job(tmp_path, name, workdir, data_dir) -> Job:
-  return Job(tmp_path / name, flags(workdir, data_dir), num_processes=2, devices=2)
+def _start_job(tmp_path, name, workdir, data_dir, packing) -> Job:
+  return Job(tmp_path / name, flags(workdir, data_dir, f"--config.packing={packing}"),
+             num_processes=2, devices=2)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("signame, rank", [("SIGTERM", 1), ("SIGUSR1", 0)])
+@pytest.mark.parametrize("signame, rank, packing", [
+    ("SIGTERM", 1, True), ("SIGUSR1", 0, True), ("SIGTERM", 0, False)])
 def test_a_signal_to_one_process_stops_both_at_the_same_step_and_the_job_resumes_exactly(
-    signame, rank, tmp_path):
+    signame, rank, packing, tmp_path):
   data_dir = tmp_path / "data"
-  with _start_job(tmp_path, "logs_straight", tmp_path / "straight", data_dir) as job:
+  with _start_job(tmp_path, "logs_straight", tmp_path / "straight", data_dir, packing) as job:
     assert job.wait() == [0, 0], job.tail()
 
   workdir = tmp_path / "stopped"
   at = random.randint(2, 5)  # JAX notices SIGTERM within a second: a few steps later
-  with _start_job(tmp_path, "logs_stopped", workdir, data_dir) as job:
+  with _start_job(tmp_path, "logs_stopped", workdir, data_dir, packing) as job:
     deadline = time.monotonic() + 120
     while not (workdir / "metrics.jsonl").exists() or not any(
         row["step"] >= at for row in metric_rows(workdir)):
@@ -300,7 +302,7 @@ def test_a_signal_to_one_process_stops_both_at_the_same_step_and_the_job_resumes
     assert run_records.latest_checkpoint(workdir) == step
     print(f"{signame} to process {rank} after step {at}: both stopped after step {step}, "
           f"{seconds:.1f} s after the signal")
-  with _start_job(tmp_path, "logs_rerun", workdir, data_dir) as job:
+  with _start_job(tmp_path, "logs_rerun", workdir, data_dir, packing) as job:
     assert job.wait() == [0, 0], job.tail()
   expected = results(tmp_path / "straight")
   for key in RESULT_KEYS:
