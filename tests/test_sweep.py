@@ -493,3 +493,47 @@ def test_a_stopped_sweep_stops_its_runs_reports_them_preempted_and_exits_75(tmp_
   assert rerun.returncode == 0, rerun.stdout + rerun.stderr
   assert "(1 preempted or killed: resumed first)" in rerun.stdout
   assert "2 of 2 runs finished" in (root / "results.md").read_text()
+
+
+@pytest.mark.slow
+def test_a_sweep_stopped_by_sigterm_resumes_its_preempted_run_first_to_the_same_results(
+    tmp_path):
+  root_dir = Path(__file__).resolve().parents[1]
+
+  def argv(root):
+    sets = (*TINY, "num_train_steps=40", "eval_every_steps=10", f"data_dir={tmp_path / 'data'}")
+    return [sys.executable, "-m", "lra.sweep", "--tasks", "listops", "--variants",
+            "lion_s,lion_lit", "--workdir", str(root), "--runlocal",
+            *(a for s in sets for a in ("--set", s))]
+
+  def sweep_to_the_end(root):
+    proc = subprocess.run(argv(root), cwd=root_dir, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc.stdout
+
+  sweep_to_the_end(tmp_path / "straight")
+  root = tmp_path / "stopped"
+  stopped = subprocess.Popen(argv(root), cwd=root_dir, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)
+  metrics = root / "listops/lion_s/seed0/metrics.jsonl"
+  deadline = time.monotonic() + 300
+  while not metrics.exists() or len(metrics.read_text().splitlines()) < 5:
+    assert time.monotonic() < deadline and stopped.poll() is None
+    time.sleep(0.05)
+  stopped.send_signal(signal.SIGTERM)
+  out, _ = stopped.communicate(timeout=300)
+  assert stopped.returncode == 75, out[-3000:]
+  record = run_records.read_preempted(root / "listops/lion_s/seed0")
+  assert record["signal"] == "SIGTERM" and 5 <= record["step"] < 40, record
+  assert "| LION-S (w/ HiPPO) | – (62.25) [1 preempted] |" in (root / "results.md").read_text()
+  assert not (root / "listops/lion_lit/seed0").exists()  # not started once the sweep stopped
+
+  out = sweep_to_the_end(root)
+  assert "(1 preempted or killed: resumed first)" in out
+  log = (root / "listops/lion_s/seed0/sweep.log").read_text()
+  assert f"resumed from step {record['step']} of 40" in log
+  for variant in ("lion_s", "lion_lit"):
+    got, expected = (json.loads((r / "listops" / variant / "seed0/results.json").read_text())
+                     for r in (root, tmp_path / "straight"))
+    for key in ("best_val_accuracy", "best_step", "test_accuracy", "test_loss"):
+      assert got[key] == expected[key], (variant, key)
