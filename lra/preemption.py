@@ -31,7 +31,7 @@ Exit status 75 is sysexits.h's EX_TEMPFAIL ("a temporary failure; the user is in
 later"): one value that a scheduler rule can requeue on (SLURM's `RequeueExit=75`, a batch
 script's `[ $? -eq 75 ] && scontrol requeue`), apart from the trainer's other endings: 0 done,
 1 crashed, 2 a user error, 128 + N killed by signal N before it could save
-(docs/usage.md, "Preemption").
+(docs/usage.md, "Stopping and requeueing").
 """
 
 from __future__ import annotations

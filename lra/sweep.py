@@ -34,7 +34,7 @@ the checkpoint it resumes from. Both are resumed first by the next sweep, and `r
 reports them as preempted or killed, with the signal and step, never as failed. The sweep itself
 stops on SIGTERM, SIGINT or SIGUSR1 the same way: it passes the signal to the runs in progress,
 starts no more, waits for them to save, writes the report and exits with status 75, for a
-scheduler to requeue it (docs/usage.md, "Preemption").
+scheduler to requeue it (docs/usage.md, "Stopping and requeueing").
 
 `--list` prints one shell command per unfinished run for a cluster scheduler (generate the
 data first with `--prepare-only`: parallel jobs must not generate the same data set at once);

@@ -498,7 +498,7 @@ class _Session:
     self.is_main = jax.process_index() == 0
     # The data iterator's position after the last batch trained on (the loop draws the next
     # one before it knows whether it stops).
-    self.position = train_iter.get_state()
+    self.position = copy.deepcopy(train_iter.get_state())
     self.timing = metrics.TimingLog(workdir, resume_step=meta["step"], enabled=self.is_main)
     self.sums, self.clock = TrainSums(meta["train_sums"], workdir, ckpt), Throughput()
     # Training time and timed steps of earlier sessions (each session's first step compiles and
@@ -578,10 +578,9 @@ def _forget_validation(workdir: Path, step: int) -> None:
       key.startswith("eval_") for key in row)), (metrics.TIMING_FILE, lambda row: True)):
     path = workdir / name
     if path.exists():
-      rows = [line for line in path.read_text().splitlines() if line.strip()]
-      kept = [line for line in rows
-              if not (json.loads(line)["step"] == step and is_validation(json.loads(line)))]
-      path.write_text("".join(line + "\n" for line in kept))
+      rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+      path.write_text("".join(json.dumps(row) + "\n" for row in rows
+                              if not (row["step"] == step and is_validation(row))))
 
 
 def _train_batches(config, split, info: TaskInfo, model_config: ModelConfig, mesh):
