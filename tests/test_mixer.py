@@ -382,7 +382,7 @@ def test_selective_gate_and_decays_receive_gradients(mode):
 # --- the ladder's options (docs/paper_notes.md §20) ------------------------------------------
 
 
-@pytest.mark.parametrize("decay_shape", ["vector", "scalar"])
+@pytest.mark.parametrize("decay_shape", ["vector", pytest.param("scalar", marks=pytest.mark.slow)])
 def test_value_gain_and_feedthrough_follow_their_float64_definition(decay_shape):
   """y = W_o · Σ_j (q_i·k_j) M_ij (1 − λ_j) v_j + D ⊙ x, summed directly in float64."""
   from tests.reference import expand_log_decay, reference_lion  # pylint: disable=import-outside-toplevel
@@ -410,16 +410,16 @@ def test_value_gain_and_feedthrough_follow_their_float64_definition(decay_shape)
 
 def test_value_gain_keeps_a_plain_sum_at_a_gain_below_two_whatever_the_memory():
   """With λ fixed, (1 − λ) Σ_j λ^|i−j| ≤ 1 + λ, reached far from the ends: long memories do not
-  blow a plain sum up (without the gain it would be about 2/(1 − λ) = 4000 at Δ = 0.001)."""
+  blow a plain sum up (without the gain it would reach 2/(1 − λ) = 4000 at Δ = 0.001)."""
   for dt in (1e-3, 1.0):
     config = small(decay="fixed", fixed_gate=False, normalize="none", value_gain="one_minus_decay",
                    feature_map="constant", output_proj=False, dt_min=dt, dt_max=dt)
     mixer = LionMixer(config, rngs=nnx.Rngs(0))
-    x = jnp.ones((1, 4096, config.d_model))
+    x = jnp.ones((1, 1024, config.d_model))
     out = np.asarray(mixer(x, form="chunk_scan"))  # W_v = I: every value is 1
     lam = np.exp(-dt / 2)
-    distances = np.abs(np.arange(4096) - 2048)
-    np.testing.assert_allclose(out[0, 2048], (1 - lam) * np.sum(lam ** distances), rtol=1e-4)
+    distances = np.abs(np.arange(1024) - 512)
+    np.testing.assert_allclose(out[0, 512], (1 - lam) * np.sum(lam ** distances), rtol=1e-4)
     assert out.max() <= 1.0 + lam + 1e-5
 
 
