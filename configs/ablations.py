@@ -116,7 +116,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     # Why S5 learns ListOps faster than LION-S at depth: the two ends and one change a rung
     # (docs/paper_notes.md §20), for the `ladder` preset. `s5_real` is S5 with real decays;
     # `lion_d` is LION-S without its selective gate; `abl4_unscaled` the plain sum without a gain.
-    "ladder": ("s5", "lion_s", "lion_s_ssm_sum", "s5_real", "lion_s_open_gate",
+    "ladder": ("s5", "lion_s", "lion_s_ssm_sum", "s5_real", "s5_real_tied", "lion_s_open_gate",
                "lion_s_content_blind", "lion_s_ssm_lr", "lion_s_feedthrough", "lion_d",
                "abl4_unscaled"),
 }
@@ -164,6 +164,7 @@ LABELS: dict[str, str] = {
     "transformer": "Transformer",
     "s5": "S5",
     "s5_real": "S5, real decays",
+    "s5_real_tied": "S5, real decays, one read-out for both directions",
 }
 
 TASK_LABELS = {"listops": "ListOps", "text": "Text", "retrieval": "Retrieval", "image": "Image",

@@ -81,6 +81,8 @@ BASELINE_VARIANTS: dict[str, dict[str, Any]] = {
 DERIVED_BASELINES: dict[str, tuple[str, dict[str, Any]]] = {
     # S5 with real decays: Λ's imaginary parts dropped (docs/paper_notes.md §20).
     "s5_real": ("s5", {"model.ssm_real": True}),
+    # ... and one read-out for both directions: left and right context weighed alike, as in LION.
+    "s5_real_tied": ("s5", {"model.ssm_real": True, "model.ssm_tied_readout": True}),
 }
 
 

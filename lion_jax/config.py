@@ -161,6 +161,9 @@ class ModelConfig:
   # Real eigenvalues: Λ's imaginary parts dropped at init and not trained (`lambda_im` absent),
   # so every S5 state decays without turning, as LION's decays do (docs/paper_notes.md §20).
   ssm_real: bool = False
+  # One read-out C for both directions' states (`c_re`, `c_im` [M, N]): the output then weighs
+  # the left and the right context alike, as LION's symmetric mask does (docs/paper_notes.md §20).
+  ssm_tied_readout: bool = False
 
   def __post_init__(self):
     for name in CHOICES:
@@ -278,7 +281,7 @@ class ModelConfig:
 VALUES_BEFORE_FIELD: dict[str, object] = {"fixed_gate": False, "mixer": "lion",
                                           "positional": "none", "scan_order": "raster",
                                           "value_gain": "none", "feedthrough": False,
-                                          "ssm_real": False}
+                                          "ssm_real": False, "ssm_tied_readout": False}
 
 
 # The fields only one mixer reads (dt_min/dt_max serve LION's HiPPO decays and S5's Δ alike).
@@ -289,7 +292,7 @@ MIXER_FIELDS: dict[str, tuple[str, ...]] = {
              "feedthrough", "eps", "form", "chunk_size", "scan_order", "sequence_axis",
              "state_pass", "residuals"),
     "s5": ("ssm_size", "ssm_blocks", "conj_sym", "clip_eigs", "c_init", "dt_global", "ssm_scan",
-           "ssm_real"),
+           "ssm_real", "ssm_tied_readout"),
     "softmax": ("attention_dim",),
 }
 

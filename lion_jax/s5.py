@@ -197,7 +197,8 @@ C_INITS = {
 class S5Mixer(nnx.Module):
   """Bidirectional S5 SSM over [B, L, M] sequences, a drop-in for `LionMixer`.
 
-  Parameter names: lambda_re, lambda_im [N] (absent with `ssm_real`); b_re, b_im [N, M]; c_re, c_im [M, 2N] (forward
+  Parameter names: lambda_re, lambda_im [N] (absent with `ssm_real`); c_re, c_im are [M, N]
+  with `ssm_tied_readout`; b_re, b_im [N, M]; c_re, c_im [M, 2N] (forward
   states' read-out first); d [M]; log_step [N] ([1] with `dt_global`).
 
   Args:
@@ -214,6 +215,8 @@ class S5Mixer(nnx.Module):
     b = nnx.initializers.lecun_normal()(rngs.params(), (p, m))  # [P, M] real
     b_tilde = v.conj().T @ b.astype(jnp.complex64)  # [N, M]
     c_tilde = C_INITS[config.c_init](rngs.params(), m, v)  # [M, 2N]
+    if config.ssm_tied_readout:  # the forward read-out serves both directions
+      c_tilde = c_tilde[:, :lam.shape[0]]  # [M, N]
     self.lambda_re = nnx.Param(jnp.asarray(lam.real, jnp.float32))
     self.lambda_im = None if config.ssm_real else nnx.Param(jnp.asarray(lam.imag, jnp.float32))
     self.b_re = nnx.Param(b_tilde.real)
@@ -251,6 +254,8 @@ class S5Mixer(nnx.Module):
       segments.check_segment_ids(segment_ids, x.shape[0], x.shape[1])
     lambda_bar, b_bar = self.discretize()
     c_tilde = self.c_re[...] + 1j * self.c_im[...]
+    if self.config.ssm_tied_readout:
+      c_tilde = jnp.concatenate([c_tilde, c_tilde], axis=-1)  # [M, 2N]
     compute = jnp.promote_types(x.dtype, jnp.float32)  # bf16 → f32; f64 stays
     y = bidirectional_ssm(x.astype(compute), lambda_bar, b_bar, c_tilde, self.d[...],
                           mask=mask, segment_ids=segment_ids, conj_sym=self.config.conj_sym,

@@ -144,16 +144,23 @@ def test_s5_mixer_equals_the_definition_in_float64_with_padding(method, options)
       np.testing.assert_allclose(analytic, numeric, rtol=1e-6)
 
 
-def test_s5_with_real_eigenvalues_is_the_definition_with_imaginary_parts_zero():
-  """`ssm_real`: no lambda_im parameter, and the outputs of `s5_reference` with Im Λ = 0."""
+@pytest.mark.parametrize("tied", [False, True])
+def test_s5_with_real_eigenvalues_is_the_definition_with_imaginary_parts_zero(tied):
+  """`ssm_real`: no lambda_im parameter, and the outputs of `s5_reference` with Im Λ = 0;
+  `ssm_tied_readout`: the reference with the one read-out [M, N] for both directions."""
   with jax.enable_x64(True):
-    graphdef, state = nnx.split(S5Mixer(ModelConfig(**S5_TINY, ssm_real=True), rngs=nnx.Rngs(0)))
+    graphdef, state = nnx.split(S5Mixer(ModelConfig(**S5_TINY, ssm_real=True,
+                                                    ssm_tied_readout=tied), rngs=nnx.Rngs(0)))
     assert "lambda_im" not in state
+    assert state["c_re"][...].shape[1] == (1 if tied else 2) * state["lambda_re"][...].shape[0]
     state = jax.tree.map(lambda x: x.astype(jnp.float64), state)
     mixer = nnx.merge(graphdef, state)
     params = {k: np.asarray(state[k][...])
               for k in ("lambda_re", "b_re", "b_im", "c_re", "c_im", "d", "log_step")}
     params["lambda_im"] = np.zeros_like(params["lambda_re"])
+    if tied:
+      params["c_re"], params["c_im"] = (np.concatenate([params[k], params[k]], axis=1)
+                                        for k in ("c_re", "c_im"))
     rng = np.random.default_rng(2)
     lengths = np.array([9, 6])
     u = rng.normal(size=(2, 9, 4))
