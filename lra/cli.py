@@ -1,5 +1,5 @@
-"""How the command lines (`run.py`, `python -m lra.sweep`, `python -m lra.data`) end on an error,
-and what their `--help` lists.
+"""How the command lines (`lion-train`, `lion-sweep`, `lion-data`; from a source tree `run.py`,
+`python -m lra.sweep`, `python -m lra.data`) end on an error, and what their `--help` lists.
 
 A mistake the user can fix prints one message, `<program>: error: <message>`, and exits with
 status 2, without a traceback: a bad config field or flag, missing or malformed data, a
@@ -89,7 +89,7 @@ def catalogue() -> str:
   for baseline in common.BASELINE_VARIANTS:
     having = [t for t in tasks if baseline in common.task_variants(t)]
     lines.append(f"  {baseline} (baseline): {', '.join(having)}")
-  lines += ["", "Variant groups (python -m lra.sweep --variants <group>):"]
+  lines += ["", "Variant groups (lion-sweep --variants <group>):"]
   everything = {**common.VARIANTS, **common.GRID_VARIANTS, **common.BASELINE_VARIANTS}
   for name, group in {**ablations.GROUPS, "all": tuple(everything)}.items():
     lines.append(f"  {name} ({len(group)}): {', '.join(group)}")

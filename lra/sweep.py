@@ -1,10 +1,12 @@
 r"""Runs every task × variant × seed of an LRA sweep in its own workdir, then tabulates the results.
 
-    python -m lra.sweep --tasks listops,pathfinder --variants table3,table6 --workdir runs/sweep \
+    lion-sweep --tasks listops,pathfinder --variants table3,table6 --workdir runs/sweep \
         [--runlocal] [--cpu | --cpu-long] [--seeds 0,1,2] [--parallel N] [--set field=value ...]
-    python -m lra.sweep ... --list          # print the commands of unfinished runs, run nothing
-    python -m lra.sweep ... --report-only   # only rewrite the tables from finished runs
-    python -m lra.sweep ... --records docs/sweep/NAME   # keep each run's records beside the report
+    lion-sweep ... --list          # print the commands of unfinished runs, run nothing
+    lion-sweep ... --report-only   # only rewrite the tables from finished runs
+    lion-sweep ... --records docs/sweep/NAME   # keep each run's records beside the report
+
+(`python -m lra.sweep` is the same command from a source tree without installing.)
 
 Run `<workdir>/<task>/<variant>/seed<k>` is `python run.py --config
 configs/<task>.py:<variant>[,runlocal][,cpu] --workdir ... --config.seed=<k> --config.<field>=<value>`,
@@ -39,8 +41,8 @@ scheduler to requeue it (docs/usage.md, "Stopping and requeueing").
 `--list` prints one shell command per unfinished run for a cluster scheduler (generate the
 data first with `--prepare-only`: parallel jobs must not generate the same data set at once);
 preempted and killed runs come first.
-Variant groups: `table3`, `table6`, `table7`, `selective`, `hippo_vs_random`, `positions`, `snake`
-(`configs/ablations.GROUPS`) and `all`. The snake variants (LION♮) run on the image tasks only,
+Variant groups: those of `configs/ablations.GROUPS` and `all`, each listed with its variants at
+the end of `--help`. The snake variants (LION♮) run on the image tasks only,
 the baselines (`s5`, `transformer`) on the tasks whose config lists them (every task; Path-X has
 `s5` only, Table 7's Transformer fails there); other tasks skip them.
 """

@@ -7,12 +7,14 @@ Every command here stops before anything is compiled (a second or two each).
 
 import importlib
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from configs import common
 from lra import cli, run_records, sweep, sweep_report
 from tests.test_data_loaders import write_listops
 
@@ -137,6 +139,46 @@ def test_help_exits_0_and_lists_tasks_variants_groups_and_presets(program):
                  "runlocal ", "cpu_long ", "demo "):
     assert listed in stdout, listed
   assert "--traceback" in stdout
+
+
+def _preset_steps(preset):
+  """{task: num_train_steps} of `lion_s,<preset>` for every task that has the preset."""
+  steps = {}
+  for task in common.TASKS:
+    try:  # a preset of other tasks only raises ConfigError, a ValueError
+      steps[task] = importlib.import_module(f"configs.{task}").get_config(
+          f"lion_s,{preset}").num_train_steps
+    except ValueError:
+      pass
+  return steps
+
+
+@pytest.mark.xfail(strict=True, reason="configs/common.PRESET_FLAGS['cpu_order'] says Pathfinder "
+                   "trains 1,000 steps; the preset trains 2,000 (configs/ablations._CPU_ORDER). "
+                   "Drop this mark with that word's fix")
+def test_the_step_counts_help_gives_a_preset_are_the_configs_own():
+  # Each "N steps" in a preset's help (lion-train's and lion-sweep's catalogue, lion-sweep's
+  # flag) must be what the preset trains, for a task its clause names (the clauses of a
+  # description are split at ";"; one naming no task speaks of all the preset's tasks).
+  listed = cli.catalogue().split("\nPresets (", 1)[1].replace("\n      ", " ").splitlines()[1:]
+  helps = {line.split()[0]: [line] for line in listed if line.split()[0] in common.PRESET_FLAGS}
+  assert set(helps) == set(common.PRESET_FLAGS)
+  for action in sweep.build_parser()._actions:  # pylint: disable=protected-access
+    if action.dest in helps:
+      helps[action.dest].append(action.help)
+  checked = 0
+  for preset, texts in helps.items():
+    steps = _preset_steps(preset)
+    assert steps, preset
+    for clause in (c for text in texts for c in text.split(";")):
+      flat = clause.lower().replace("-", "")
+      named = [task for task in steps if task in flat] or list(steps)
+      for number in re.findall(r"(\d[\d,]*) steps", clause):
+        checked += 1
+        assert int(number.replace(",", "")) in {steps[task] for task in named}, (
+            f"{preset}: {clause.strip()!r} says {number} steps; the config trains "
+            f"{', '.join(f'{task} {steps[task]:,}' for task in named)}")
+  assert checked >= 4  # runlocal, cpu_order (two), ladder, ladder_long
 
 
 def test_console_scripts_work_from_any_folder_without_activating(tmp_path):
