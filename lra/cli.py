@@ -6,11 +6,13 @@ status 2, without a traceback: a bad config field or flag, missing or malformed 
 workdir that cannot be written, a resume with another config, a diverged run, a multi-process
 job whose variables disagree. Each message names what is wrong and the fix. Any other exception
 is a bug or a crash and keeps its traceback. `--traceback`, or LION_TRACEBACK=1 in the
-environment, shows the traceback of the user's errors too.
+environment, shows the traceback of the user's errors too. A run does not open with JAX's lines
+about backends this machine lacks (`quiet_backend_probes`).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import textwrap
@@ -76,6 +78,36 @@ def run(main: Callable[[], int | None], program: str, argv: Sequence[str],
       print(f"{program}: error: {error}", file=sys.stderr, flush=True)
       return USER_ERROR_STATUS
     raise
+
+
+# JAX tries every backend it knows when it starts one and logs, at INFO, each that would not
+# start (`jax._src.xla_bridge`). Two of these lines say only that a backend is not set up on
+# this machine: TPU when the loader finds no libtpu.so (JAX's default name: a library the user
+# names with TPU_LIBRARY_PATH is still reported), and the IFRT proxy without a server address. The
+# commands log at INFO, so every run opened with them. `quiet_backend_probes` drops exactly
+# those two; any other reason a backend did not start (a libtpu that fails to open a TPU, a
+# CUDA plugin without a GPU) is still logged, and a backend that JAX_PLATFORMS asks for still
+# raises.
+JAX_BACKEND_LOGGER = "jax._src.xla_bridge"
+ABSENT_BACKENDS = {
+    "tpu": "Failed to open libtpu.so: libtpu.so: cannot open shared object file",
+    "proxy": "backend requires the address of an IFRT Proxy server",
+}
+
+
+def _not_an_absent_backend(record: logging.LogRecord) -> bool:
+  """False for JAX's line about a backend this machine does not have (`ABSENT_BACKENDS`)."""
+  message = record.getMessage()
+  return not any(message.startswith(f"Unable to initialize backend '{platform}': ")
+                 and reason in message for platform, reason in ABSENT_BACKENDS.items())
+
+
+def quiet_backend_probes() -> None:
+  """Drops JAX's log lines about backends this machine does not have (see `ABSENT_BACKENDS`);
+  call before JAX starts a backend. Idempotent."""
+  logger = logging.getLogger(JAX_BACKEND_LOGGER)
+  if _not_an_absent_backend not in logger.filters:
+    logger.addFilter(_not_an_absent_backend)
 
 
 def catalogue() -> str:

@@ -208,6 +208,7 @@ def run_command_line(argv: list[str]) -> int:
     return 0
   program = Path(argv[0]).name
   argv = resolve_config(argv)
+  cli.quiet_backend_probes()
 
   def record_failure(error: BaseException) -> None:
     workdir = _flag_value(argv, "workdir")

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from configs import listops as listops_config
-from lra import metrics, train
+from lra import cli, metrics, train
 
 MARGIN = 0.10  # the demo must beat the majority class by this much
 
@@ -32,6 +32,7 @@ def main(argv: list[str] | None = None) -> int:
   # force: an imported library has already configured the root logger at WARNING.
   logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S",
                       force=True)
+  cli.quiet_backend_probes()
   workdir = Path(args.workdir)
   if args.fresh and workdir.exists():
     shutil.rmtree(workdir)

@@ -6,6 +6,8 @@ Every command here stops before anything is compiled (a second or two each).
 """
 
 import importlib
+import importlib.util
+import logging
 import os
 import re
 import subprocess
@@ -179,6 +181,45 @@ def test_the_step_counts_help_gives_a_preset_are_the_configs_own():
             f"{preset}: {clause.strip()!r} says {number} steps; the config trains "
             f"{', '.join(f'{task} {steps[task]:,}' for task in named)}")
   assert checked >= 4  # runlocal, cpu_order (two), ladder, ladder_long
+
+
+def test_quiet_backend_probes_drops_only_the_lines_of_absent_backends():
+  cli.quiet_backend_probes()
+  cli.quiet_backend_probes()  # idempotent: one filter
+  logger = logging.getLogger(cli.JAX_BACKEND_LOGGER)
+  assert logger.filters.count(cli._not_an_absent_backend) == 1  # pylint: disable=protected-access
+  line = lambda message: logging.LogRecord(logger.name, logging.INFO, __file__, 1, message, (),
+                                           None)
+  absent = [
+      "Unable to initialize backend 'tpu': INTERNAL: Failed to open libtpu.so: libtpu.so: cannot "
+      "open shared object file: No such file or directory",
+      "Unable to initialize backend 'proxy': The 'proxy' backend requires the address of an IFRT "
+      "Proxy server. Set it via the JAX_BACKEND_TARGET environment variable",
+  ]
+  real = [
+      "Unable to initialize backend 'tpu': ABORTED: The TPU is already in use by process 7",
+      "Unable to initialize backend 'tpu': INTERNAL: Failed to open /opt/libtpu.so: /opt/libtpu.so: "
+      "cannot open shared object file",  # a library the user named, missing
+      "Unable to initialize backend 'cuda': no CUDA-capable device is detected",
+      "An NVIDIA GPU may be present on this machine, but a CUDA-enabled jaxlib is not installed.",
+  ]
+  assert not any(logger.filter(line(message)) for message in absent)
+  assert all(logger.filter(line(message)) for message in real)
+
+
+def test_a_run_does_not_open_with_the_backends_this_machine_lacks():
+  # What JAX logs when it starts a backend without JAX_PLATFORMS (the commands log at INFO):
+  # the lines of `cli.ABSENT_BACKENDS` are gone, so a JAX that rewords them fails here.
+  probe = ("import logging; logging.basicConfig(level=logging.INFO); from lra import cli; "
+           "cli.quiet_backend_probes(); import jax; jax.devices()")
+  environ = {k: v for k, v in os.environ.items() if k not in ("JAX_PLATFORMS",)}
+  environ["PYTHONPATH"] = str(ROOT)
+  stderr = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=environ, check=True,
+                          capture_output=True, text=True, timeout=120).stderr
+  if importlib.util.find_spec("libtpu") is None and "TPU_LIBRARY_PATH" not in environ:
+    assert "Unable to initialize backend 'tpu'" not in stderr, stderr
+  if not environ.get("JAX_BACKEND_TARGET"):
+    assert "Unable to initialize backend 'proxy'" not in stderr, stderr
 
 
 def test_console_scripts_work_from_any_folder_without_activating(tmp_path):
