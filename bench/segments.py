@@ -75,12 +75,18 @@ def segment_tokens(segment: str):
       setattr(recomputed, name, value)
 
 
+# The threads where XLA:CPU runs a step's ops (thunks) in a profiler trace: its Eigen pool on
+# jaxlib 0.10, the executor threads on jaxlib 0.12 (its Eigen threads there hold only the pool's
+# own events). A jaxlib that has neither shows no CPU line.
+XLA_CPU_THREADS = ("tf_XLAEigen", "tf_XLAExecute")
+
+
 def device_op_times(case, steps: int, top: int | None = None, hlo_text: str | None = None) -> dict:
   """Where a compiled case's device time goes over `steps` calls, from a profiler trace.
 
   The trace's lines (threads) in the device processes ("/device:GPU:0": its streams and its
   "XLA Ops" line, which show the same work as kernels and as HLO ops); on a CPU, where XLA's
-  thunks run on the host, XLA:CPU's compute threads. Each line's ops are summed by name in
+  thunks run on the host, XLA:CPU's compute threads (`XLA_CPU_THREADS`). Each line's ops are summed by name in
   self time (`self_times`), per step. Returns, per line, its milliseconds a step, its busy
   milliseconds and events a step, its milliseconds by kind of op (`op_kind`), and its `top`
   ops (name, ms a step, share of the line, calls a step; every op when `top` is None). With the
@@ -103,7 +109,7 @@ def device_op_times(case, steps: int, top: int | None = None, hlo_text: str | No
       continue
     line = (event["pid"], event.get("tid"))
     thread = str(threads.get(line, line[1]))
-    if event["pid"] in devices if devices else thread.startswith("tf_XLAEigen"):
+    if event["pid"] in devices if devices else thread.startswith(XLA_CPU_THREADS):
       by_line[f"{processes.get(event['pid'], event['pid'])} {thread}"].append(event)
   lines = {}
   for line, line_events in by_line.items():
