@@ -92,6 +92,19 @@ ABLATION_VARIANTS: dict[str, dict[str, Any]] = {
     # the gate open at init (log σ(8) ≈ −0.0003): every memory starts at its HiPPO base 2/Δ, as
     # S5's do, instead of about 3 tokens.
     "lion_s_open_gate": {"model.selective_bias_init": 8.0},
+    # Direction, as S5 has it: two W_o over the output's left and right halves (its width
+    # narrower for equal parameters, `width_key`).
+    "lion_s_directional": {"model.directional_readout": True},
+    # Two changes at once: S5's plain sum with its gain and its long memories from init (the gate
+    # open), which one at a time changed nothing or made LION-S worse;
+    "lion_s_ssm_open": {"model.normalize": "none", "model.value_gain": "one_minus_decay",
+                        "model.selective_bias_init": 8.0},
+    # and S5 with real decays written as LION: fixed HiPPO decays without a gate, q·k = 1, the
+    # plain sum with S5's gain and directional read-outs, so each value channel is one of S5's
+    # states (W_v its B, W_F and W_B its two C's).
+    "lion_s5_real": {"model.decay": "fixed", "model.fixed_gate": False,
+                     "model.feature_map": "constant", "model.normalize": "none",
+                     "model.value_gain": "one_minus_decay", "model.directional_readout": True},
 }
 
 # Variant groups accepted by `lra.sweep --variants`, in the paper's row order.
@@ -116,7 +129,8 @@ GROUPS: dict[str, tuple[str, ...]] = {
     # Why S5 learns ListOps faster than LION-S at depth: the two ends and one change a rung
     # (docs/paper_notes.md §20), for the `ladder` preset. `s5_real` is S5 with real decays;
     # `lion_d` is LION-S without its selective gate; `abl4_unscaled` the plain sum without a gain.
-    "ladder": ("s5", "lion_s", "lion_s_ssm_sum", "s5_real", "s5_real_tied", "lion_s_open_gate",
+    "ladder": ("s5", "lion_s", "lion_s_directional", "lion_s_ssm_sum", "s5_real", "s5_real_tied",
+               "lion_s_ssm_open", "lion_s5_real", "lion_s_open_gate",
                "lion_s_content_blind", "lion_s_ssm_lr", "lion_s_feedthrough", "lion_d",
                "abl4_unscaled"),
 }
@@ -161,6 +175,9 @@ LABELS: dict[str, str] = {
     "lion_s_feedthrough": "LION-S with S5's feed-through D",
     "lion_s_ssm_lr": "LION-S, decays at S5's SSM rate",
     "lion_s_open_gate": "LION-S, gate open at init",
+    "lion_s_directional": "LION-S, directional read-outs W_F, W_B",
+    "lion_s_ssm_open": "LION-S, plain sum with S5's gain, gate open at init",
+    "lion_s5_real": "S5 with real decays written as LION",
     "transformer": "Transformer",
     "s5": "S5",
     "s5_real": "S5, real decays",
@@ -351,10 +368,25 @@ def cpu_long_preset(task: str) -> dict[str, Any]:
 # about an hour a run beside another.
 EQUAL_PARAMETER_WIDTH: dict[str, dict[str, int]] = {
     # LION-S 51,594, S5 49,466, Transformer 52,538 (LION-D 43,402, LION-LIT 43,146).
-    "listops": {"lion": 64, "s5": 128, "softmax": 56},
+    # LION-S with directional read-outs 52,690.
+    "listops": {"lion": 64, "s5": 128, "softmax": 56, "lion_directional": 60},
     # LION-S 12,802, S5 12,370, Transformer 12,242 (LION-D 10,754, LION-LIT 10,626).
-    "pathfinder": {"lion": 32, "s5": 56, "softmax": 40},
+    # LION-S with directional read-outs 13,082.
+    "pathfinder": {"lion": 32, "s5": 56, "softmax": 40, "lion_directional": 30},
 }
+
+
+def width_key(model) -> str:
+  """The key of a model's width in `EQUAL_PARAMETER_WIDTH` and `LADDER_WIDTH`: its mixer, or
+  "lion_directional" for LION with directional read-outs, whose second W_o costs H·V·M
+  parameters a layer that a narrower model gives back.
+
+  Args:
+    model: the config's `model` node (mixer, directional_readout).
+  """
+  if model.mixer == "lion" and model.get("directional_readout", False):
+    return "lion_directional"
+  return model.mixer
 
 _CPU_ORDER = {
     # cpu_long's generator and lengths, 4x the training expressions: 2,000 steps of 32 see each
@@ -388,7 +420,7 @@ def cpu_order_preset(task: str, mixer: str) -> dict[str, Any]:
 
   Args:
     task: a task with such a preset (`_CPU_ORDER`).
-    mixer: the variant's mixer, which picks its width (`EQUAL_PARAMETER_WIDTH[task]`).
+    mixer: the variant's `width_key`, which picks its width (`EQUAL_PARAMETER_WIDTH[task]`).
 
   Returns:
     The task's data, model and schedule with the mixer's equal-parameter width.
@@ -413,7 +445,8 @@ def cpu_order_preset(task: str, mixer: str) -> dict[str, Any]:
 # long ListOps (6 blocks, §17), about 47-49k parameters each, 2,000 steps of 32 (4 epochs), packed
 # rows. LION has one head as wide as the model (four heads of 9 learnt the same, §17). A
 # 1,000-step schedule was too short: S5 ended at 36.10 / 38.70% test, where LION-S is at 2,000.
-LADDER_WIDTH: dict[str, int] = {"lion": 36, "s5": 64}  # LION-S 48,898, S5 46,362
+# LION-S 48,898, S5 46,362, LION-S with directional read-outs 47,794.
+LADDER_WIDTH: dict[str, int] = {"lion": 36, "s5": 64, "lion_directional": 33}
 
 _LADDER = {
     **_CPU_COMMON,
@@ -444,7 +477,7 @@ def ladder_preset(task: str, mixer: str, *, long: bool = False) -> dict[str, Any
 
   Args:
     task: must be "listops".
-    mixer: the variant's mixer, which picks its width (`LADDER_WIDTH`).
+    mixer: the variant's `width_key`, which picks its width (`LADDER_WIDTH`).
     long: the `ladder_long` flag: long ListOps and 10,000 steps (`_LADDER_LONG`).
 
   Returns:

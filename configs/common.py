@@ -29,7 +29,7 @@ from lion_jax.options import ConfigError
 from lra.tasks import TASKS as TASK_REGISTRY
 
 from configs.ablations import (ABLATION_VARIANTS, cpu_long_preset, cpu_order_preset, cpu_preset,
-                               ladder_preset)
+                               ladder_preset, width_key)
 
 TASKS = ("listops", "text", "retrieval", "image", "pathfinder", "pathx")
 
@@ -164,7 +164,7 @@ PRESET_FLAGS: dict[str, str] = {
     "cpu_long": "ListOps only: 250-500-token expressions at L = 512, the paper's HiPPO range",
     "cpu_order": "every model at equal parameters where Table 7's ordering can show: ListOps at "
                  "cpu_long's lengths, 4x the data, 2,000 steps, ~50k parameters; Pathfinder-32 "
-                 "easy without distractors, 1,000 steps, ~12k (configs/ablations.py)",
+                 "easy without distractors, 2,000 steps, ~12k (configs/ablations.py)",
     "ladder": "ListOps only: cpu's short expressions, 6 blocks at ~48k parameters, 2,000 steps: "
               "where S5 leads LION-S, for the ladder between them (configs/ablations.py)",
     "ladder_long": "ListOps only: the ladder at cpu_order's lengths and data, 6 blocks, 10,000 "
@@ -381,12 +381,13 @@ def get_base_config(task: str, arg: str | None, *, batch_size: int, num_epochs: 
     set_fields(config, for_mixer(cpu_preset(task), mixer), "cpu")
   if args.cpu_long:  # long ListOps for the HiPPO-vs-random question (configs/ablations.py)
     set_fields(config, for_mixer(cpu_long_preset(task), mixer), "cpu_long")
+  width = width_key(config.model)
   if args.cpu_order:  # equal-parameter models where Table 7's ordering can show
-    set_fields(config, for_mixer(cpu_order_preset(task, mixer), mixer), "cpu_order")
+    set_fields(config, for_mixer(cpu_order_preset(task, width), mixer), "cpu_order")
   if args.ladder:  # the testbed of the ladder between S5 and LION-S
-    set_fields(config, for_mixer(ladder_preset(task, mixer), mixer), "ladder")
+    set_fields(config, for_mixer(ladder_preset(task, width), mixer), "ladder")
   if args.ladder_long:  # the same ladder at the scale of an accelerator
-    set_fields(config, for_mixer(ladder_preset(task, mixer, long=True), mixer), "ladder_long")
+    set_fields(config, for_mixer(ladder_preset(task, width, long=True), mixer), "ladder_long")
   if args.runlocal:
     set_fields(config, for_mixer(RUNLOCAL, mixer), "runlocal")
   return config, args

@@ -16,6 +16,11 @@ Forms (all exact, all differentiable, all accepting every decay shape and option
 `sequence_axis=` splits the sequence over a mesh axis (context parallelism,
 `lion_jax.context_parallel`): only "chunk_scan" (and "auto", which then means it) can run so.
 
+`split_directions=True` returns the output's left and right halves apart (`lion_attention`):
+what LION with directional read-outs (`ModelConfig.directional_readout`) projects through two
+W_o. Every form computes them; "chunk_scan" then runs `recurrent.causal_chunk_scan` on the
+sequence and on its flip, which stores its residuals.
+
 `segment_ids=` packs several examples into one row (`lion_jax.segments`): a query sees only the
 keys of its own example, in every form, because the gate at each example's first token is
 lowered by `segments.barrier` (the mask across it is below the dtype's rounding squared).
@@ -115,7 +120,7 @@ def lion_attention(q, k, v, log_decay=None, *, form: str | LionForm = "auto",
                    convention: str = "symmetric", normalize: str | Normalize = "after",
                    key_mask=None, chunk_size: int = 64, eps: float = 1e-6,
                    sequence_axis: str | None = None, state_pass: str = "auto",
-                   residuals: str = "auto", segment_ids=None):
+                   residuals: str = "auto", segment_ids=None, split_directions: bool = False):
   """Bidirectional LION attention.
 
   Args:
@@ -147,9 +152,14 @@ def lion_attention(q, k, v, log_decay=None, *, form: str | LionForm = "auto",
       alone, to the dtype's rounding. Padding tokens are masked as keys (as by key_mask, which
       may also be given); their own outputs are meaningless. Not with convention="code" under
       sequence_axis.
+    split_directions: return the output's two halves apart, (y^F, y^B) with y^F + y^B = y:
+      y^F_i = (Σ_{j<i} w_ij v_j + ½ w_ii v_i) / Z_i and y^B_i = (Σ_{j>i} w_ij v_j + ½ w_ii v_i) / Z_i,
+      w_ij = (q_i·k_j) M_ij and Z_i the row's usual normaliser, so each key on the left of the
+      query counts in y^F and each on its right in y^B. Not with sequence_axis; chunk_scan then
+      ignores residuals and state_pass (module docstring).
 
   Returns:
-    [B, L, H, V] outputs in the dtype of `v`. Decays, cumulative sums, normalisers and states
+    [B, L, H, V] outputs in the dtype of `v` (a pair of them with split_directions). Decays, cumulative sums, normalisers and states
     are computed in at least float32, also for bfloat16 inputs.
 
   Raises:
@@ -170,6 +180,9 @@ def lion_attention(q, k, v, log_decay=None, *, form: str | LionForm = "auto",
   check_choice("state_pass", state_pass)
   residuals = check_choice("residuals", residuals)
   _check_numbers(chunk_size, eps)
+  if split_directions and sequence_axis is not None:
+    raise ValueError(f"split_directions=True cannot run with sequence_axis={sequence_axis!r}: "
+                     "the context-parallel kernel sums both directions; use sequence_axis=None.")
   if sequence_axis is not None and LionForm(check_choice("form", form)) is LionForm.AUTO:
     form = LionForm.CHUNK_SCAN  # at any L: the full form cannot be split over devices
   form = resolve_form(form, length, chunk_size)
@@ -184,11 +197,13 @@ def lion_attention(q, k, v, log_decay=None, *, form: str | LionForm = "auto",
     numerator = lion_attention(q, k, v, log_decay, form=form, convention=convention,
                                normalize="none", key_mask=key_mask, chunk_size=chunk_size,
                                eps=eps, sequence_axis=sequence_axis, state_pass=state_pass,
-                               residuals=residuals, segment_ids=segment_ids)
+                               residuals=residuals, segment_ids=segment_ids,
+                               split_directions=split_directions)
     dtype = jnp.promote_types(jnp.promote_types(q.dtype, v.dtype), jnp.float32)
     denominator = segments.example_key_dots(q.astype(dtype), k.astype(dtype), segment_ids,
                                             key_mask)  # [B, L, H]
-    return (numerator.astype(dtype) / (denominator[..., None] + eps)).astype(v.dtype)
+    divide = lambda x: (x.astype(dtype) / (denominator[..., None] + eps)).astype(v.dtype)
+    return tuple(map(divide, numerator)) if split_directions else divide(numerator)
 
   out_dtype = v.dtype
   dtype = jnp.promote_types(jnp.promote_types(q.dtype, v.dtype), jnp.float32)
@@ -205,6 +220,16 @@ def lion_attention(q, k, v, log_decay=None, *, form: str | LionForm = "auto",
       explicit_forward_gate = gate_f if gate_f.shape[-1] > 1 else gate_f[..., 0]
     real = segment_ids > 0
     key_mask = real if key_mask is None else key_mask & real
+  if split_directions:
+    if key_mask is not None:
+      k = k * key_mask[:, :, None, None].astype(dtype)
+    halves, denominator = _direction_halves(form, q, k, v, gate_f, log_decay, normalize,
+                                            chunk_size)
+    if normalize is Normalize.BEFORE:
+      denominator = jnp.einsum("blhk,bhk->blh", q, k.sum(axis=1))[..., None]
+    if normalize is not Normalize.NONE:
+      halves = tuple(half / (denominator + eps) for half in halves)
+    return tuple(half.astype(out_dtype) for half in halves)
   if sequence_axis is not None and resolve_residuals(residuals, length) == "recomputed":
     out = context_parallel.context_parallel_recomputed(
         q, k, v, given_log_decay, key_mask, convention=check_choice("convention", convention),
@@ -289,6 +314,44 @@ def _recurrent(kernel, q, k, v, gate_f, log_decay, normalize):
   return out[..., :v.shape[-1]], out[..., v.shape[-1]:]
 
 
+def _direction_halves(form, q, k, v, gate_f, log_decay, normalize, chunk_size):
+  """The numerator's left and right halves (`split_directions`) and the decayed normaliser.
+
+  Returns:
+    ([B, L, H, V], [B, L, H, V]) halves, and [B, L, H, G] Σ_j w_ij (None unless
+    normalize="after").
+  """
+  if form in (LionForm.ATTENTION, LionForm.CHUNK):
+    evaluate = _attention if form is LionForm.ATTENTION else _chunked_queries
+    parts = [evaluate(q, k, v, gate_f, log_decay, normalize, chunk_size, side=side)
+             for side in ("left", "right")]
+    halves = tuple(numerator for numerator, _ in parts)
+    if normalize is not Normalize.AFTER:
+      return halves, None
+    return halves, parts[0][1] + parts[1][1]
+  kernel = recurrent.CAUSAL_KERNELS[form.value]
+  if form is LionForm.CHUNK_SCAN:
+    kernel = functools.partial(kernel, chunk_size=chunk_size)
+  gate_b = masks.backward_gate_flipped(log_decay)
+  if normalize is not Normalize.AFTER:
+    return recurrent.bidirectional_halves(kernel, q, k, v, gate_f, gate_b), None
+  carried, (gate_f, gate_b) = _with_unit_values(v, gate_f, gate_b)
+  left, right = recurrent.bidirectional_halves(kernel, q, k, carried, gate_f, gate_b)
+  value_dim = v.shape[-1]
+  return (left[..., :value_dim], right[..., :value_dim]), (left[..., value_dim:]
+                                                           + right[..., value_dim:])
+
+
+def _side_weights(query_pos, key_pos, side):
+  """[I, J] weights of each key in one half (`split_directions`): 1 on the side, ½ on the
+  diagonal, 0 across; None for the whole row (side=None)."""
+  if side is None:
+    return None
+  on_side = (query_pos[:, None] > key_pos[None, :] if side == "left"
+             else query_pos[:, None] < key_pos[None, :])
+  return jnp.where(on_side, 1.0, jnp.where(query_pos[:, None] == key_pos[None, :], 0.5, 0.0))
+
+
 def _chunk_scan(q, k, v, gate_f, log_decay, normalize, chunk_size, state_pass="auto"):
   """Numerator and decayed normaliser from the bidirectional chunk kernel."""
   if normalize is not Normalize.AFTER or log_decay.shape[-1] == 1:
@@ -357,11 +420,18 @@ def _contract(scores, decay, v, normalize):
   return numerator, jnp.einsum("bhgij->bihg", weights)
 
 
-def _attention(q, k, v, gate_f, log_decay, normalize, chunk_size):
-  """Full form: the whole [B, H, G, L, L] mask from stable segment sums."""
+def _attention(q, k, v, gate_f, log_decay, normalize, chunk_size, side=None):
+  """Full form: the whole [B, H, G, L, L] mask from stable segment sums.
+
+  side: None (every key), or "left"/"right": one half of `split_directions` (`_side_weights`).
+  """
   del chunk_size
   decay = masks.mask_from_gates(jnp.moveaxis(gate_f, 1, -1),
                                 jnp.moveaxis(log_decay, 1, -1))  # [B, H, G, L, L]
+  positions = jnp.arange(q.shape[1])
+  weights = _side_weights(positions, positions, side)  # [L, L] or None
+  if weights is not None:
+    decay = decay * weights.astype(decay.dtype)
   scores = jnp.einsum("bihk,bjhk->bhij", q, k)  # [B, H, L, L]
   return _contract(scores, decay, v, normalize)
 
@@ -385,8 +455,11 @@ def _relative_cumsum(gate, start):
   return right - left_exclusive
 
 
-def _chunked_queries(q, k, v, gate_f, log_decay, normalize, chunk_size):
-  """LION-Chunk (paper C.10): each query chunk, in parallel, accumulates over key chunks."""
+def _chunked_queries(q, k, v, gate_f, log_decay, normalize, chunk_size, side=None):
+  """LION-Chunk (paper C.10): each query chunk, in parallel, accumulates over key chunks.
+
+  side: None (every key), or "left"/"right": one half of `split_directions` (`_side_weights`).
+  """
   batch, length, heads, _ = q.shape
   chunk = max(1, min(chunk_size, length))
   num_chunks = -(-length // chunk)
@@ -414,7 +487,11 @@ def _chunked_queries(q, k, v, gate_f, log_decay, normalize, chunk_size):
       exponent = jnp.where(lower, head_first(f_i)[..., :, None] - head_first(f_j)[..., None, :],
                            jnp.where(upper, head_first(a_j)[..., None, :]
                                      - head_first(a_i)[..., :, None], 0.0))  # [B, H, G, C, C]
-      num, den = _contract(scores, jnp.exp(exponent), v_j, normalize)
+      decay = jnp.exp(exponent)  # [B, H, G, C, C]
+      weights = _side_weights(query_pos, key_pos, side)
+      if weights is not None:
+        decay = decay * weights.astype(decay.dtype)
+      num, den = _contract(scores, decay, v_j, normalize)
       return jax.tree.map(jnp.add, acc, (num, den)), None
 
     zeros = jnp.zeros(q_i.shape[:3] + (v.shape[-1],), q.dtype)  # [B, C, H, V]

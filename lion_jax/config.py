@@ -112,6 +112,11 @@ class ModelConfig:
   value_gain: str = "none"
   # A learnt per-channel feed-through D ⊙ x added to the mixer output, D ~ N(0, 1): S5's D.
   feedthrough: bool = False
+  # Two output projections, y = W_F y^F + W_B y^B, over the output's left and right halves
+  # (`lion_attention(split_directions=True)`: the keys before the query, and after it, each
+  # with half the query's own), as S5 reads its forward and backward states through two C's;
+  # W_o = W_F = W_B is LION. Needs output_proj and scan_order="raster" (docs/paper_notes.md §20).
+  directional_readout: bool = False
   eps: float = 1e-6
   # Default evaluation form of every mixer and its chunk size; both can be overridden per call.
   form: str = "chunk_scan"
@@ -189,6 +194,12 @@ class ModelConfig:
       raise ConfigError(f"ModelConfig.value_gain={self.value_gain!r} scales each value by 1 − λ: it "
                         "needs decay='fixed' or 'selective' and scan_order='raster' (got "
                         f"decay={self.decay!r}, scan_order={self.scan_order!r}).")
+    if self.directional_readout and (not self.output_proj or self.scan_order != "raster"
+                                     or self.sequence_axis is not None):
+      raise ConfigError("ModelConfig.directional_readout=True projects the left and right halves "
+                        "through two W_o: it needs output_proj=True, scan_order='raster' and no "
+                        f"sequence_axis (got output_proj={self.output_proj!r}, scan_order="
+                        f"{self.scan_order!r}, sequence_axis={self.sequence_axis!r}).")
 
   def _check_mixer_fields(self):
     """A field of another mixer changed from its default is an error, never silently unused."""
@@ -245,6 +256,8 @@ class ModelConfig:
     """
     if self.mixer != "lion":
       return self.mixer == "softmax"
+    if self.directional_readout:  # the left and right halves have their own W_o
+      return False
     return self.decay in ("lit", "fixed") or self.convention == "code"
 
   @property
@@ -281,6 +294,7 @@ class ModelConfig:
 VALUES_BEFORE_FIELD: dict[str, object] = {"fixed_gate": False, "mixer": "lion",
                                           "positional": "none", "scan_order": "raster",
                                           "value_gain": "none", "feedthrough": False,
+                                          "directional_readout": False,
                                           "ssm_real": False, "ssm_tied_readout": False}
 
 
@@ -289,7 +303,7 @@ MIXER_FIELDS: dict[str, tuple[str, ...]] = {
     "lion": ("feature_map", "key_dim", "decay", "decay_shape", "decay_param", "selective_mode",
              "selective_bias_init", "fixed_gate", "selective_init_std", "qk_init_std",
              "decay_init", "v_init", "normalize", "convention", "output_proj", "value_gain",
-             "feedthrough", "eps", "form", "chunk_size", "scan_order", "sequence_axis",
+             "feedthrough", "directional_readout", "eps", "form", "chunk_size", "scan_order", "sequence_axis",
              "state_pass", "residuals"),
     "s5": ("ssm_size", "ssm_blocks", "conj_sym", "clip_eigs", "c_init", "dt_global", "ssm_scan",
            "ssm_real", "ssm_tied_readout"),

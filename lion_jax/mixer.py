@@ -3,6 +3,7 @@
     q = φ(x W_q),  k = φ(x W_k),  v = x W_v      per head          (paper App. D.2)
     λ per head or per value channel, fixed or per token            (`lion_jax.decay`)
     y = lion_attention(q, k, v, log λ) W_o                          (paper eq. 16, App. C.7)
+    (directional_readout: y = W_F y^F + W_B y^B, the output's left and right halves)
     (scan_order="snake"/"snake_outputs": `grid_lion_attention` with one log λ per snake, LION♮)
 
 The module owns parameters and wiring only; the maths is in `lion_jax.attention` (the five forms)
@@ -19,7 +20,8 @@ Parameter names (for optimiser partitions; every decay parameter has "decay" in 
   column_decay_base, column_decay_gate/...         the column snake's own decay_base and decay_gate
                                                    (scan_order="snake"/"snake_outputs", LION♮;
                                                    decay_base/decay_gate then belong to the row snake)
-  out_proj/kernel, out_proj/bias                   [H·V, M], [M] (output_proj=True)
+  out_proj/kernel, out_proj/bias                   [H·V, M], [M] (output_proj=True); [2·H·V, M]
+                                                   with directional_readout: W_F's rows, then W_B's
   feedthrough                                      [M] S5's D, y += D ⊙ x (feedthrough=True)
 Shapes: B batch, L length, M = d_model, H heads, K key dim, V = M / H value dim, G decay channels.
 """
@@ -31,7 +33,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from lion_jax import decay as decay_lib
-from lion_jax.attention import resolve_residuals
+from lion_jax.attention import lion_attention, resolve_residuals
 from lion_jax.barrier import gradient_barrier
 from lion_jax.config import ModelConfig
 from lion_jax.options import describe
@@ -111,7 +113,9 @@ class LionMixer(nnx.Module):
       self.v_proj.kernel[...] = jnp.diag(gain)
     elif config.v_init == "zoh_lecun":
       self.v_proj.kernel[...] = self.v_proj.kernel[...] * gain[None, :]  # diag(γ) on the state side
-    self.out_proj = nnx.Linear(h * v, m, dtype=dtype, rngs=rngs) if config.output_proj else None
+    read_outs = 2 if config.directional_readout else 1  # W_o, or W_F and W_B stacked
+    self.out_proj = (nnx.Linear(read_outs * h * v, m, dtype=dtype, rngs=rngs)
+                     if config.output_proj else None)
     self.feedthrough = (nnx.Param(jax.random.normal(rngs.params(), (m,)))
                         if config.feedthrough else None)
 
@@ -195,16 +199,20 @@ class LionMixer(nnx.Module):
     log_decays = self.scan_log_decays(x)
     if config.value_gain == "one_minus_decay":
       value = value * _key_gain(log_decays[0], value.shape)
-    y = grid_lion_attention(q, key, value, log_decays, grid=config.grid,
-                            scan_order=config.scan_order,
-                            form=config.form if form is None else form,
-                            convention=config.convention, normalize=config.normalize,
-                            key_mask=mask,
-                            chunk_size=config.chunk_size if chunk_size is None else chunk_size,
-                            eps=config.eps, sequence_axis=config.sequence_axis,
-                            state_pass=config.state_pass, residuals=config.residuals,
-                            segment_ids=segment_ids)  # [B, L, H, V]; lion_attention for scan_order="raster"
-    y = y.reshape(batch, length, h * v)  # [B, L, M]
+    options = dict(form=config.form if form is None else form, convention=config.convention,
+                   normalize=config.normalize, key_mask=mask,
+                   chunk_size=config.chunk_size if chunk_size is None else chunk_size,
+                   eps=config.eps, sequence_axis=config.sequence_axis,
+                   state_pass=config.state_pass, residuals=config.residuals,
+                   segment_ids=segment_ids)
+    if config.directional_readout:  # raster order (config check): y^F and y^B side by side
+      halves = lion_attention(q, key, value, log_decays[0], split_directions=True, **options)
+      y = jnp.concatenate([half.reshape(batch, length, h * v) for half in halves], axis=-1)
+    else:
+      y = grid_lion_attention(q, key, value, log_decays, grid=config.grid,
+                              scan_order=config.scan_order,
+                              **options)  # [B, L, H, V]; lion_attention for scan_order="raster"
+    y = y.reshape(batch, length, -1)  # [B, L, M] (or [B, L, 2M]: y^F's heads, then y^B's)
     y = self.out_proj(y) if self.out_proj is not None else y
     if self.feedthrough is not None:
       y = y + self.feedthrough[...].astype(y.dtype) * x

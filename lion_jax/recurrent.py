@@ -8,11 +8,15 @@ where the gate is a scalar per head (G = 1) or one per carried channel (G = E). 
 LION output is o^F + flip(o^B) − (q_t · k_t) u_t: each direction holds the diagonal term once, and
 Theorem 3.3's −½ qᵀk corrections, one per direction, remove the second copy.
 
-Two interchangeable algorithms (same maths, different cost), see `CAUSAL_KERNELS`:
+Three interchangeable algorithms (same maths, different cost), see `CAUSAL_KERNELS`:
   rnn:        `lax.scan` over tokens with a [K, E] state. O(L) steps; least memory forward.
   scan:       `lax.associative_scan` over (log-gate, k uᵀ) pairs. O(log L) depth; materialises
               L·K·E floats, so it is a GPU tool, slow on CPU (docs/benchmarks.md).
-The chunked form works on both directions at once and lives in `lion_jax.chunkwise`.
+  chunk_scan: exact causal C×C blocks (one [C, C] mask per decay channel) plus the state
+              entering each chunk, passed by a `lax.scan` over chunks. It serves the two
+              directions apart (`bidirectional_halves`, LION with directional read-outs); the
+              bidirectional form that sums them works on both directions at once and lives in
+              `lion_jax.chunkwise`.
 Shapes follow the legend in `lion_jax.masks`.
 """
 
@@ -75,16 +79,83 @@ def causal_associative_scan(q, k, u, gate):
   return jnp.einsum("blhk,blhke->blhe", q, states)
 
 
+def causal_chunk_scan(q, k, u, gate, chunk_size: int = 64):
+  """Causal decayed linear attention by exact chunk blocks and chunk states.
+
+  Inside a chunk, with chunk-local inclusive cumsums F_r = Σ_{t ≤ r} gate_t, token r reads key
+  c ≤ r of its chunk through e^{F_r − F_c} and the state entering the chunk through e^{F_r};
+  the state leaving chunk n is e^{F̄_n} S_n + Σ_c e^{F̄_n − F_c} k_c u_cᵀ (F̄: the chunk's
+  total). Every exponent is ≤ 0, so float32 is stable at any L. The masks are exact per decay
+  channel: O(L·C·G) memory besides the O(L·C·E) outputs, no factoring and no steep chunks.
+
+  Args:
+    q: [B, L, H, K] queries.
+    k: [B, L, H, K] keys.
+    u: [B, L, H, E] carried values.
+    gate: [B, L, H, G] log-gates (G = 1 or E); gate[:, 0] is never used.
+    chunk_size: C; L is padded up to a multiple of C with zero keys, which add nothing.
+
+  Returns:
+    [B, L, H, E] causal outputs.
+  """
+  batch, length, heads, _ = q.shape
+  chunk = max(1, min(chunk_size, length))
+  pad = -length % chunk
+  num_chunks = (length + pad) // chunk
+
+  def heads_first(x):  # [B, L, H, X] -> [B, H, N, C, X]
+    x = jnp.pad(x, [(0, 0), (0, pad), (0, 0), (0, 0)])
+    return jnp.moveaxis(x.reshape(batch, num_chunks, chunk, heads, x.shape[-1]), 3, 1)
+
+  q, k, u, gate = map(heads_first, (q, k, u, gate))
+  cumulative = jnp.cumsum(gate, axis=3)  # [B, H, N, C, G] F
+  total = cumulative[:, :, :, -1]  # [B, H, N, G] F̄
+  scores = jnp.einsum("bhnrk,bhnck->bhnrc", q, k)  # [B, H, N, C, C]
+  causal = jnp.tril(jnp.ones((chunk, chunk), bool))[:, :, None]  # [C(r), C(c), 1]
+  exponent = cumulative[:, :, :, :, None, :] - cumulative[:, :, :, None, :, :]  # [B, H, N, C, C, G]
+  # Masked before exp: the unused upper triangle holds positive exponents that could overflow.
+  block_decay = jnp.exp(jnp.where(causal, exponent, -jnp.inf))  # [B, H, N, C, C, G]
+  if block_decay.shape[-1] == 1:
+    same_chunk = jnp.einsum("bhnrc,bhnce->bhnre", scores * block_decay[..., 0], u)
+  else:
+    same_chunk = jnp.einsum("bhnrce,bhnce->bhnre", scores[..., None] * block_decay, u)
+  # What each chunk adds to the state leaving it: Σ_c e^{F̄ − F_c} k_c u_cᵀ.
+  leaving = jnp.einsum("bhnck,bhnce->bhnke", k, u * jnp.exp(total[:, :, :, None] - cumulative))
+
+  def step(state, chunk_in):  # state [B, H, K, E]: entering the chunk
+    chunk_total, chunk_leaving = chunk_in  # [B, H, G], [B, H, K, E]
+    return jnp.exp(chunk_total)[..., None, :] * state + chunk_leaving, state
+
+  state0 = jnp.zeros(leaving.shape[:2] + leaving.shape[3:], leaving.dtype)  # [B, H, K, E]
+  _, entering = jax.lax.scan(step, state0, (jnp.moveaxis(total, 2, 0),
+                                             jnp.moveaxis(leaving, 2, 0)))  # [N, B, H, K, E]
+  from_state = jnp.einsum("bhnrk,nbhke->bhnre", q, entering) * jnp.exp(cumulative)
+  out = same_chunk + from_state  # [B, H, N, C, E]
+  out = jnp.moveaxis(out, 1, 3).reshape(batch, num_chunks * chunk, heads, -1)
+  return out[:, :length]
+
+
 CausalKernel = Callable[..., jnp.ndarray]
 
 CAUSAL_KERNELS: dict[str, CausalKernel] = {
     "rnn": causal_rnn,
     "scan": causal_associative_scan,
+    "chunk_scan": causal_chunk_scan,
 }
 
 
 def bidirectional(kernel: CausalKernel, q, k, u, forward_gate, backward_gate_flipped):
   """Bidirectional LION numerator (and normaliser channels) from one causal kernel.
+
+  Args and returns as `bidirectional_halves`, whose two halves this sums: Σ_j (q_i·k_j) M_ij u_j
+  over all keys j.
+  """
+  forward, backward = bidirectional_halves(kernel, q, k, u, forward_gate, backward_gate_flipped)
+  return forward + backward
+
+
+def bidirectional_halves(kernel: CausalKernel, q, k, u, forward_gate, backward_gate_flipped):
+  """The left and right halves of the bidirectional LION numerator, from one causal kernel.
 
   Both directions run in a single kernel call, stacked along the batch axis, so a scan pays its
   per-step overhead once.
@@ -98,7 +169,8 @@ def bidirectional(kernel: CausalKernel, q, k, u, forward_gate, backward_gate_fli
     backward_gate_flipped: [B, L, H, G] log-gates of the backward direction, in flipped time.
 
   Returns:
-    [B, L, H, E]: Σ_j (q_i·k_j) M_ij u_j over all keys j.
+    ([B, L, H, E], [B, L, H, E]): Σ_{j<i} (q_i·k_j) M_ij u_j and Σ_{j>i}, each with half the
+    diagonal term ½ (q_i·k_i) u_i, so that the two sum to the numerator over all keys.
   """
   flip = lambda x: jnp.flip(x, axis=1)
   both = lambda x, y: jnp.concatenate([x, y], axis=0)  # [2B, ...]
@@ -108,4 +180,4 @@ def bidirectional(kernel: CausalKernel, q, k, u, forward_gate, backward_gate_fli
   out_forward, out_backward = out[:batch], flip(out[batch:])  # [B, L, H, E] each
   # Theorem 3.3: each direction counts the diagonal (q_t·k_t) u_t once; remove half from each.
   half_diagonal = 0.5 * jnp.einsum("blhk,blhk->blh", q, k)[..., None] * u
-  return (out_forward - half_diagonal) + (out_backward - half_diagonal)
+  return out_forward - half_diagonal, out_backward - half_diagonal

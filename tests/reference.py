@@ -45,12 +45,14 @@ def reference_mask(decay, convention):
 
 
 def reference_lion(q, k, v, log_decay=None, *, convention="symmetric", normalize="after",
-                   key_mask=None, eps=1e-6):
+                   key_mask=None, eps=1e-6, side=None):
   """LION output by direct summation over queries i and keys j.
 
   Args:
     q, k: [B, L, H, K]; v: [B, L, H, V]; log_decay: any shape `lion_attention` accepts;
     convention, normalize, key_mask, eps: as in `lion_attention`.
+    side: None (the output), or "left"/"right": one half of `split_directions`, the numerator
+      over the keys j < i (j > i) and half the key j = i, over the whole row's normaliser.
 
   Returns:
     [B, L, H, V] float64.
@@ -67,7 +69,11 @@ def reference_lion(q, k, v, log_decay=None, *, convention="symmetric", normalize
       for i in range(length):
         scores = np.array([q[b, i, h] @ k[b, j, h] * valid[b, j] for j in range(length)])  # [L]
         weights = scores[:, None] * mask[i]  # [L(j), V]
-        numerator = (weights * v[b, :, h]).sum(axis=0)
+        share = np.ones(length)
+        if side is not None:
+          keys = np.arange(length)
+          share = np.where(keys == i, 0.5, (keys < i) if side == "left" else (keys > i))
+        numerator = (share[:, None] * weights * v[b, :, h]).sum(axis=0)
         if normalize == "none":
           out[b, i, h] = numerator
         elif normalize == "before":

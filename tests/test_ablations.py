@@ -44,6 +44,12 @@ EXPECTED = {
     "lion_s_feedthrough": {"model.feedthrough": True},
     "lion_s_ssm_lr": {"decay_learning_rate": 1e-3},
     "lion_s_open_gate": {"model.selective_bias_init": 8.0},
+    "lion_s_directional": {"model.directional_readout": True},
+    "lion_s_ssm_open": {"model.normalize": "none", "model.value_gain": "one_minus_decay",
+                        "model.selective_bias_init": 8.0},
+    "lion_s5_real": {"model.decay": "fixed", "model.fixed_gate": False,
+                     "model.feature_map": "constant", "model.normalize": "none",
+                     "model.value_gain": "one_minus_decay", "model.directional_readout": True},
 }
 
 
@@ -208,10 +214,11 @@ def test_reduced_presets_size_every_table7_model_by_one_rule(flag):
 
 
 @pytest.mark.parametrize("task,flag,variants", [
-    ("listops", "cpu_order", ("lion_s", "s5", "transformer")),
-    ("pathfinder", "cpu_order", ("lion_s", "s5", "transformer")),
-    ("listops", "ladder", ("lion_s", "s5", "s5_real", "lion_s_ssm_sum", "lion_s_feedthrough")),
-    ("listops", "ladder_long", ("lion_s", "s5")),
+    ("listops", "cpu_order", ("lion_s", "s5", "transformer", "lion_s_directional")),
+    ("pathfinder", "cpu_order", ("lion_s", "s5", "transformer", "lion_s_directional")),
+    ("listops", "ladder", ("lion_s", "s5", "s5_real", "lion_s_ssm_sum", "lion_s_feedthrough",
+                           "lion_s_directional")),
+    ("listops", "ladder_long", ("lion_s", "s5", "lion_s_directional")),
 ])
 def test_equal_parameter_presets_give_every_model_about_the_same_parameters(task, flag, variants):
   """The rule of `cpu_order` and `ladder`: same depth, heads, data and schedule; the width per

@@ -137,7 +137,7 @@ def test_help_exits_0_and_lists_tasks_variants_groups_and_presets(program):
   assert status == 0, stderr
   for listed in ("Tasks: listops, text, retrieval, image, pathfinder, pathx",
                  "every task: lion_s, lion_d, lion_lit", "lion_s_snake", "transformer (baseline)",
-                 "table3 (5): lion_lit", "hippo_vs_random (6)", "positions (4)", "all (27)",
+                 "table3 (5): lion_lit", "hippo_vs_random (6)", "positions (4)", "all (30)",
                  "runlocal ", "cpu_long ", "demo "):
     assert listed in stdout, listed
   assert "--traceback" in stdout
@@ -155,9 +155,6 @@ def _preset_steps(preset):
   return steps
 
 
-@pytest.mark.xfail(strict=True, reason="configs/common.PRESET_FLAGS['cpu_order'] says Pathfinder "
-                   "trains 1,000 steps; the preset trains 2,000 (configs/ablations._CPU_ORDER). "
-                   "Drop this mark with that word's fix")
 def test_the_step_counts_help_gives_a_preset_are_the_configs_own():
   # Each "N steps" in a preset's help (lion-train's and lion-sweep's catalogue, lion-sweep's
   # flag) must be what the preset trains, for a task its clause names (the clauses of a

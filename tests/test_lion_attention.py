@@ -595,3 +595,141 @@ def test_reference_expands_every_decay_shape_like_the_docs_say():
   """Guards the reference itself: [H] and [H, V] are per head / channel, constant in time."""
   a = expand_log_decay(np.array([-1.0, -2.0]), 1, 3, 2, 2)
   assert a.shape == (1, 3, 2, 2) and np.all(a[0, :, 1] == -2.0)
+
+
+# --- split_directions: the output's left and right halves, for directional read-outs -------------
+
+
+@functools.lru_cache(maxsize=None)
+def every_option_split(form):
+  """`every_option` with split_directions=True: a (left, right) pair per option."""
+  def run(q, k, v, log_decay, key_mask):
+    return [lion_attention(q, k, v, log_decay, form=form, convention=convention,
+                           normalize=normalize, key_mask=key_mask, chunk_size=CHUNK,
+                           split_directions=True)
+            for convention, normalize in OPTIONS]
+  return jax.jit(run)
+
+
+def split_grid():
+  """make test: every form with the LRA's selective vector decays at L = 37, and chunk_scan (the
+  training form) with a selective scalar; the other decay kinds in make test-all."""
+  for decay_kind in DECAY_KINDS:
+    for form in FORMS:
+      fast = decay_kind == "selective_vector" or (form == "chunk_scan" and decay_kind == "selective")
+      yield (decay_kind, form) if fast else pytest.param(decay_kind, form, marks=pytest.mark.slow)
+
+
+@pytest.mark.parametrize("decay_kind,form", list(split_grid()))
+def test_every_form_splits_into_the_float64_left_and_right_halves(decay_kind, form):
+  """Each half sums the keys on its side of the query and half the query's own key, over the
+  whole row's normaliser: every convention × normalisation, with and without a key mask."""
+  length = 37
+  q, k, v, log_decay, key_mask = make_inputs(length, decay_kind, seed=21)
+  key_mask[0] = True
+  with jax.enable_x64(True):
+    outputs = every_option_split(form)(q, k, v, log_decay, key_mask)
+  for (convention, normalize), (left, right) in zip(OPTIONS, outputs):
+    for side, got in (("left", left), ("right", right)):
+      want = reference_lion(q, k, v, log_decay, convention=convention, normalize=normalize,
+                            key_mask=key_mask, side=side)
+      np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10,
+                                 err_msg=f"{side} convention={convention} normalize={normalize}")
+    whole = reference_lion(q, k, v, log_decay, convention=convention, normalize=normalize,
+                           key_mask=key_mask)
+    np.testing.assert_allclose(left + right, whole, rtol=1e-10, atol=1e-10)
+
+
+def test_the_halves_tell_left_from_right_where_the_sum_cannot():
+  """With a fixed decay the whole output of a reversed sequence is the reversed output; the
+  halves swap instead: the left half of the reversed sequence is the right half reversed."""
+  q, k, v, log_decay, _ = make_inputs(23, "fixed_channel", seed=22)
+  flip = lambda x: np.flip(x, 1)
+  with jax.enable_x64(True):
+    left, right = lion_attention(q, k, v, log_decay, form="chunk_scan", chunk_size=CHUNK,
+                                 split_directions=True)
+    left_r, right_r = lion_attention(flip(q), flip(k), flip(v), log_decay, form="chunk_scan",
+                                     chunk_size=CHUNK, split_directions=True)
+  np.testing.assert_allclose(left_r, flip(right), rtol=1e-10, atol=1e-12)
+  np.testing.assert_allclose(right_r, flip(left), rtol=1e-10, atol=1e-12)
+  assert np.max(np.abs(left - right)) > 1e-2  # the halves differ: not a test of zeros
+
+
+@pytest.mark.parametrize("form", ["chunk_scan", pytest.param("rnn", marks=pytest.mark.slow),
+                                  pytest.param("chunk", marks=pytest.mark.slow)])
+def test_split_gradients_equal_the_full_forms_and_finite_differences(form):
+  q, k, v, log_decay, key_mask = make_inputs(20, "selective_vector", seed=23)
+  rng = np.random.default_rng(24)
+  weights = rng.normal(size=v.shape), rng.normal(size=v.shape)
+
+  def loss(form, q, k, v, log_decay):
+    halves = lion_attention(q, k, v, log_decay, form=form, key_mask=key_mask, chunk_size=CHUNK,
+                            split_directions=True)
+    return sum(jnp.sum(half * w) for half, w in zip(halves, weights))
+
+  with jax.enable_x64(True):
+    args = tuple(jnp.asarray(x) for x in (q, k, v, log_decay))
+    jax.test_util.check_grads(jax.jit(functools.partial(loss, form)), args, order=1,
+                              modes=["rev"])
+    expected = jax.grad(functools.partial(loss, "attention"), argnums=(0, 1, 2, 3))(*args)
+    got = jax.jit(jax.grad(functools.partial(loss, form), argnums=(0, 1, 2, 3)))(*args)
+  for name, g, e in zip("q k v log_decay".split(), got, expected):
+    np.testing.assert_allclose(g, e, rtol=1e-9, atol=1e-10, err_msg=f"{form} d/d{name}")
+
+
+@pytest.mark.parametrize("with_gradients", [True])
+def test_split_chunk_scan_is_stable_at_length_16384(with_gradients):
+  """Path-X length in float32, decays from nearly 1 to e^−40: sampled rows of the halves equal
+  the float64 definition's, gradients are finite."""
+  length, rows = 16384, [0, 1, 5000, 16382, 16383]
+  rng = np.random.default_rng(25)
+  q = rng.uniform(0.05, 1.0, (1, length, 1, 4)).astype(np.float32)
+  k = rng.uniform(0.05, 1.0, (1, length, 1, 4)).astype(np.float32)
+  v = rng.normal(size=(1, length, 1, 4)).astype(np.float32)
+  log_decay = np.log(rng.uniform(0.5, 0.9999, (1, length, 1, 4))).astype(np.float32)
+  log_decay[0, 3000:3010] = -40.0
+
+  def loss(q, k, v, log_decay):
+    halves = lion_attention(q, k, v, log_decay, form="chunk_scan", chunk_size=64,
+                            split_directions=True)
+    return sum(jnp.sum(h ** 2) for h in halves), halves
+
+  (_, halves), grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2, 3), has_aux=True))(
+      q, k, v, log_decay)
+  assert all(np.all(np.isfinite(g)) for g in grads)
+  decay = np.exp(log_decay[0, :, 0].astype(np.float64))  # [L, V]
+  q64, k64, v64 = (np.asarray(x[0, :, 0], np.float64) for x in (q, k, v))
+  for i in rows:  # the mask of row i by running products outwards from it
+    mask = np.ones((length, 4))
+    for j in range(i - 1, -1, -1):
+      mask[j] = mask[j + 1] * decay[j + 1]
+    for j in range(i + 1, length):
+      mask[j] = mask[j - 1] * decay[j]
+    weights = (k64 @ q64[i])[:, None] * mask  # [L, V]
+    share = np.where(np.arange(length) == i, 0.5, np.arange(length) < i)[:, None]
+    denominator = weights.sum(0) + 1e-6
+    np.testing.assert_allclose(halves[0][0, i, 0], (share * weights * v64).sum(0) / denominator,
+                               rtol=2e-5, atol=2e-5)
+    np.testing.assert_allclose(halves[1][0, i, 0],
+                               ((1 - share) * weights * v64).sum(0) / denominator,
+                               rtol=2e-5, atol=2e-5)
+
+
+def test_split_packed_rows_equal_each_example_alone():
+  """segment_ids: each example's halves equal those of the example alone (chunk_scan)."""
+  q, k, v, log_decay, _ = make_inputs(30, "selective_vector", seed=26, batch=1)
+  segment_ids = np.repeat([[1, 2, 3]], [11, 13, 6], axis=1)
+  f32 = lambda x: np.asarray(x, np.float32)
+  run = jax.jit(functools.partial(lion_attention, form="chunk_scan", chunk_size=8,
+                                  split_directions=True))
+  packed = run(*map(f32, (q, k, v, log_decay)), segment_ids=segment_ids)
+  for start, stop in ((0, 11), (11, 24), (24, 30)):
+    alone = run(*(f32(x[:, start:stop]) for x in (q, k, v, log_decay)))
+    for got, want in zip(packed, alone):
+      np.testing.assert_allclose(got[:, start:stop], want, rtol=1e-5, atol=1e-6)
+
+
+def test_split_directions_refuse_a_sequence_axis():
+  q, k, v, _, _ = (np.float32(x) for x in make_inputs(7, "lit"))
+  with pytest.raises(ValueError, match="split_directions=True cannot run with sequence_axis"):
+    lion_attention(q, k, v, sequence_axis="data", split_directions=True)

@@ -11,7 +11,8 @@ from flax import nnx
 
 from lion_jax import LionMixer, ModelConfig, feature_map, preset
 from lion_jax import decay as decay_lib
-from lion_jax.options import CHOICES
+
+from lion_jax.options import CHOICES, ConfigError
 
 FORMS = ("attention", "rnn", "scan", "chunk", "chunk_scan")
 SELECTIVE_MODES = CHOICES["selective_mode"]
@@ -313,6 +314,8 @@ def test_default_lion_s_mixes_at_unit_scale_and_selects_per_token_at_init(litera
     dict(selective_mode="paper_literal", decay_init="random", feature_map="elu1", key_dim=4),
     # The ladder's S5-like LION-S: a plain decayed sum with S5's input gain and feed-through.
     dict(normalize="none", value_gain="one_minus_decay", feedthrough=True),
+    # Directional read-outs: W_F and W_B over the output's left and right halves.
+    dict(directional_readout=True),
 ])
 def test_same_parameters_give_the_same_output_in_every_form(overrides):
   # lecun W_v: the ZOH gain (~Δ) would make the mixer output too small for a meaningful check.
@@ -382,30 +385,83 @@ def test_selective_gate_and_decays_receive_gradients(mode):
 # --- the ladder's options (docs/paper_notes.md §20) ------------------------------------------
 
 
+def _float64_operands(mixer, x):
+  """φ(q), φ(k), v and per-channel log λ of a mixer's input, projected in float64 NumPy.
+
+  Returns:
+    q, k [B, L, H, K]; v [B, L, H, V]; log_decay [B, L, H, V]; x [B, L, M] in float64.
+  """
+  from tests.reference import expand_log_decay  # pylint: disable=import-outside-toplevel
+  config = mixer.config
+  batch, length, _ = x.shape
+  x64 = np.asarray(x, np.float64)
+  split = lambda proj: (x64 @ np.asarray(proj.kernel[...], np.float64)).reshape(
+      batch, length, config.num_heads, -1)
+  phi = lambda z: _feature_map_definition(z, "silu_norm")
+  log_decay = expand_log_decay(np.asarray(mixer.log_decay(x), np.float64), batch, length,
+                               config.num_heads, config.head_dim)
+  return phi(split(mixer.q_proj)), phi(split(mixer.k_proj)), split(mixer.v_proj), log_decay, x64
+
+
 @pytest.mark.parametrize("decay_shape", ["vector", pytest.param("scalar", marks=pytest.mark.slow)])
 def test_value_gain_and_feedthrough_follow_their_float64_definition(decay_shape):
   """y = W_o · Σ_j (q_i·k_j) M_ij (1 − λ_j) v_j + D ⊙ x, summed directly in float64."""
-  from tests.reference import expand_log_decay, reference_lion  # pylint: disable=import-outside-toplevel
+  from tests.reference import reference_lion  # pylint: disable=import-outside-toplevel
   config = small(normalize="none", value_gain="one_minus_decay", feedthrough=True,
                  decay_shape=decay_shape, v_init="lecun")
   mixer = LionMixer(config, rngs=nnx.Rngs(3))
   x, mask = mixer_inputs(length=13)
   out = np.asarray(nnx.jit(lambda m, x, mask: m(x, mask, form="chunk_scan"))(mixer, x, mask))
   batch, length, _ = x.shape
-  heads, width = config.num_heads, config.head_dim
-  x64 = np.asarray(x, np.float64)
-  split = lambda proj: (x64 @ np.asarray(proj.kernel[...], np.float64)).reshape(
-      batch, length, heads, -1)
-  phi = lambda z: _feature_map_definition(z, "silu_norm")
-  log_decay = expand_log_decay(np.asarray(mixer.log_decay(x), np.float64), batch, length,
-                               heads, width)
-  values = split(mixer.v_proj) * (1.0 - np.exp(log_decay))
-  mixed = reference_lion(phi(split(mixer.q_proj)), phi(split(mixer.k_proj)), values,
-                         log_decay, normalize="none", key_mask=np.asarray(mask))
+  q, k, v, log_decay, x64 = _float64_operands(mixer, x)
+  mixed = reference_lion(q, k, v * (1.0 - np.exp(log_decay)), log_decay, normalize="none",
+                         key_mask=np.asarray(mask))
   expected = (mixed.reshape(batch, length, -1) @ np.asarray(mixer.out_proj.kernel[...], np.float64)
               + np.asarray(mixer.out_proj.bias[...]) + np.asarray(mixer.feedthrough[...]) * x64)
   real = np.asarray(mask)
   np.testing.assert_allclose(out[real], expected[real], rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("decay", ["selective", pytest.param("fixed", marks=pytest.mark.slow)])
+def test_directional_readout_follows_its_float64_definition(decay):
+  """y = W_F y^F + W_B y^B + b, each half summed directly in float64 over its side's keys."""
+  from tests.reference import reference_lion  # pylint: disable=import-outside-toplevel
+  config = small(directional_readout=True, decay=decay, v_init="lecun")
+  mixer = LionMixer(config, rngs=nnx.Rngs(4))
+  x, mask = mixer_inputs(length=13)
+  out = np.asarray(nnx.jit(lambda m, x, mask: m(x, mask, form="chunk_scan"))(mixer, x, mask))
+  batch, length, _ = x.shape
+  q, k, v, log_decay, _ = _float64_operands(mixer, x)
+  halves = [reference_lion(q, k, v, log_decay, key_mask=np.asarray(mask), side=side)
+            for side in ("left", "right")]
+  kernel = np.asarray(mixer.out_proj.kernel[...], np.float64)  # [2·H·V, M]: W_F's rows, W_B's
+  assert kernel.shape == (2 * config.d_model, config.d_model)
+  expected = (halves[0].reshape(batch, length, -1) @ kernel[:config.d_model]
+              + halves[1].reshape(batch, length, -1) @ kernel[config.d_model:]
+              + np.asarray(mixer.out_proj.bias[...]))
+  real = np.asarray(mask)
+  np.testing.assert_allclose(out[real], expected[real], rtol=2e-5, atol=2e-5)
+  # W_F = W_B is LION: the same mixer with one W_o gives the same output.
+  tied = LionMixer(config.replace(directional_readout=False), rngs=nnx.Rngs(4))
+  for name in ("q_proj", "k_proj", "v_proj"):
+    getattr(tied, name).kernel[...] = getattr(mixer, name).kernel[...]
+  tied.decay_base[...] = mixer.decay_base[...]
+  if decay == "selective":
+    tied.decay_gate.kernel[...] = mixer.decay_gate.kernel[...]
+    tied.decay_gate.bias[...] = mixer.decay_gate.bias[...]
+  else:
+    tied.decay_gate[...] = mixer.decay_gate[...]
+  tied.out_proj.kernel[...] = mixer.out_proj.kernel[:config.d_model]
+  tied.out_proj.bias[...] = mixer.out_proj.bias[...]
+  mixer.out_proj.kernel[...] = jnp.concatenate([tied.out_proj.kernel[...]] * 2)
+  np.testing.assert_allclose(np.asarray(mixer(x, mask, form="chunk_scan"))[real],
+                             np.asarray(tied(x, mask, form="chunk_scan"))[real],
+                             rtol=1e-5, atol=1e-6)
+
+
+def test_directional_readout_names_what_it_needs():
+  with pytest.raises(ConfigError, match="directional_readout=True .* needs output_proj=True"):
+    small(directional_readout=True, output_proj=False)
 
 
 def test_value_gain_keeps_a_plain_sum_at_a_gain_below_two_whatever_the_memory():
