@@ -19,7 +19,8 @@ Forms (all exact, all differentiable, all accepting every decay shape and option
 `split_directions=True` returns the output's left and right halves apart (`lion_attention`):
 what LION with directional read-outs (`ModelConfig.directional_readout`) projects through two
 W_o. Every form computes them; "chunk_scan" then runs `recurrent.causal_chunk_scan` on the
-sequence and on its flip, which stores its residuals.
+sequence and on its flip, which stores its residuals (on a CPU in chunks of at most
+`recurrent.CAUSAL_CHUNK_CPU` tokens).
 
 `segment_ids=` packs several examples into one row (`lion_jax.segments`): a query sees only the
 keys of its own example, in every form, because the gate at each example's first token is
@@ -331,6 +332,8 @@ def _direction_halves(form, q, k, v, gate_f, log_decay, normalize, chunk_size):
     return halves, parts[0][1] + parts[1][1]
   kernel = recurrent.CAUSAL_KERNELS[form.value]
   if form is LionForm.CHUNK_SCAN:
+    if jax.default_backend() == "cpu":
+      chunk_size = min(chunk_size, recurrent.CAUSAL_CHUNK_CPU)
     kernel = functools.partial(kernel, chunk_size=chunk_size)
   gate_b = masks.backward_gate_flipped(log_decay)
   if normalize is not Normalize.AFTER:

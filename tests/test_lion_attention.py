@@ -733,3 +733,19 @@ def test_split_directions_refuse_a_sequence_axis():
   q, k, v, _, _ = (np.float32(x) for x in make_inputs(7, "lit"))
   with pytest.raises(ValueError, match="split_directions=True cannot run with sequence_axis"):
     lion_attention(q, k, v, sequence_axis="data", split_directions=True)
+
+
+def test_causal_chunk_kernel_at_an_accelerators_chunk_length_gives_the_float64_halves():
+  """On a CPU `lion_attention` runs the causal chunk kernel in chunks of at most
+  `recurrent.CAUSAL_CHUNK_CPU`; an accelerator keeps the caller's C. Called directly at C = 16
+  (L = 37: two whole chunks and a partial one), the two halves of the numerator are the
+  definition's."""
+  q, k, v, log_decay, _ = make_inputs(37, "selective_vector", seed=27)
+  with jax.enable_x64(True):
+    gate = jnp.asarray(log_decay)
+    kernel = functools.partial(recurrent.causal_chunk_scan, chunk_size=16)
+    halves = recurrent.bidirectional_halves(kernel, q, k, v, gate,
+                                            backward_gate_flipped(gate))
+  for side, got in zip(("left", "right"), halves):
+    want = reference_lion(q, k, v, log_decay, normalize="none", side=side)
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10, err_msg=side)
