@@ -26,6 +26,34 @@ sequence and on its flip, which stores its residuals (on a CPU in chunks of at m
 keys of its own example, in every form, because the gate at each example's first token is
 lowered by `segments.barrier` (the mask across it is below the dtype's rounding squared).
 
+Which function runs, and the measurement that chose it (docs/benchmarks.md §N):
+
+  attention, or auto with L ≤ C   `_attention`, the whole [B, H, G, L, L] mask (one chunk: the
+                                  same work as chunk_scan, without its scan)
+  rnn / scan                      `recurrent.bidirectional` over `causal_rnn` (O(L) memory) /
+                                  `causal_associative_scan` (log depth, a GPU tool)
+  chunk                           `_chunked_queries`, the paper's LION-Chunk (C.10)
+  chunk_scan, stored residuals:
+    one decay per head            `chunkwise._chunk_kernel` with an exact C×C mask a chunk
+    vector decays                 `factored.factored_chunks` (its blocks are matmuls; its own
+                                  backward pass, since autodiff's scatters cost 12-15%, §1),
+                                  steep chunks exact on the side; beyond
+                                  `chunkwise.steep_chunk_capacity` the exact masks
+    in `factored.fused_kernels()` `fused_chunks` Pallas kernels: level time, 29% less memory
+                                  on an H100 (§11); opt-in
+  chunk_scan, recomputed          `recomputed.recomputed_chunk_scan` (auto beyond
+                                  `recomputed.SEGMENT_MAX` tokens: 2.9-3.3x less memory for
+                                  0.87-1.0x the time on a CPU, §10)
+  chunk_scan, sequence_axis       `context_parallel`, stored or recomputed (§8)
+  chunk_scan's state pass         `lax.scan` on a CPU (the associative pass 5-14% slower, §9),
+                                  log-depth associative elsewhere (1.36-1.40x on an H200, §11)
+  segment_ids                     `segments.separate_examples` lowers each example's first
+                                  gate, then any of the above (§12)
+  split_directions                `_attention` / `_chunked_queries` with side weights, or
+                                  `recurrent.bidirectional_halves` over rnn, scan or
+                                  `causal_chunk_scan` (chunk_scan; C ≤ 8 on a CPU,
+                                  `recurrent.CAUSAL_CHUNK_CPU`)
+
 Shapes follow the legend in `lion_jax.masks`.
 """
 
@@ -154,14 +182,16 @@ def lion_attention(q, k, v, log_decay=None, *, form: str | LionForm = "auto",
       may also be given); their own outputs are meaningless. Not with convention="code" under
       sequence_axis.
     split_directions: return the output's two halves apart, (y^F, y^B) with y^F + y^B = y:
-      y^F_i = (Σ_{j<i} w_ij v_j + ½ w_ii v_i) / Z_i and y^B_i = (Σ_{j>i} w_ij v_j + ½ w_ii v_i) / Z_i,
+      y^F_i = (Σ_{j<i} w_ij v_j + ½ w_ii v_i) / Z_i and
+      y^B_i = (Σ_{j>i} w_ij v_j + ½ w_ii v_i) / Z_i,
       w_ij = (q_i·k_j) M_ij and Z_i the row's usual normaliser, so each key on the left of the
       query counts in y^F and each on its right in y^B. Not with sequence_axis; chunk_scan then
       ignores residuals and state_pass (module docstring).
 
   Returns:
-    [B, L, H, V] outputs in the dtype of `v` (a pair of them with split_directions). Decays, cumulative sums, normalisers and states
-    are computed in at least float32, also for bfloat16 inputs.
+    [B, L, H, V] outputs in the dtype of `v` (a pair of them with split_directions). Decays,
+    cumulative sums, normalisers and states are computed in at least float32, also for
+    bfloat16 inputs.
 
   Raises:
     ValueError: a shape that does not fit the others (q, k, v, log_decay, key_mask), an option
