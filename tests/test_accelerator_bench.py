@@ -19,6 +19,7 @@ import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
+sys.path.insert(0, str(REPO / "bench" / "probes"))  # state_pass, gradient_barrier
 
 import accelerator  # noqa: E402  (bench/ is no package: its scripts import each other by name)
 import harness  # noqa: E402
@@ -365,7 +366,7 @@ def test_the_profile_tells_the_chunk_kernels_backward_stages_apart():
 
 def test_the_state_pass_bench_traces_each_two_way_form_and_restores_the_loop(monkeypatch,
                                                                              capsys):
-  """`bench/state_pass.py --two-way` compares the vector kernel's two ways of running the
+  """`bench/probes/state_pass.py --two-way` compares the vector kernel's two ways of running the
   "scan" pass: each form must be the one traced inside its context (the same values), and the
   default loop must come back afterwards, also after an error."""
   import forms  # pylint: disable=import-outside-toplevel

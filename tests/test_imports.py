@@ -29,12 +29,14 @@ def _modules():
 
 
 def _bench_scripts():
-  return sorted(path.name for path in (ROOT / "bench").glob("*.py"))
+  """bench/'s scripts and its probes (bench/probes/), as paths below bench/."""
+  return sorted(str(path.relative_to(ROOT / "bench")) for folder in ("", "probes")
+                for path in (ROOT / "bench" / folder).glob("*.py"))
 
 
 def test_the_module_lists_are_not_empty():
   assert len(_modules()) > 50 and "lion_jax.s5" in _modules() and "lra.data.generators.pathfinder_draw" in _modules()
-  assert "forms.py" in _bench_scripts()
+  assert {"forms.py", "probes/state_pass.py"} <= set(_bench_scripts())
 
 
 @pytest.mark.parametrize("name", _modules())

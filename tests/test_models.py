@@ -10,7 +10,7 @@ import optax
 import pytest
 from flax import nnx
 
-from bench import arithmetic, param_counts
+from bench.probes import arithmetic, param_counts
 from lion_jax import (LionEncoder, LionMixer, LraClassifier, barrier, count_params, masked_mean,
                       models, preset)
 from lion_jax import mixer as mixer_module
@@ -231,7 +231,7 @@ def _xla_flops_per_block_and_token(config, length=128):
                  marks=pytest.mark.slow),
 ])
 def test_the_arithmetic_count_is_what_xla_counts(overrides, low, high):
-  """`bench/arithmetic.py` counts LION's and S5's operations per token from the config
+  """`bench/probes/arithmetic.py` counts LION's and S5's operations per token from the config
   (docs/benchmarks.md §12 rests on it): XLA's own count of a block agrees where the block is
   only products, and exceeds it where LION plans work beside the products."""
   config = preset("listops", d_model=32, **overrides)

@@ -375,11 +375,12 @@ def test_cpu_order_lists_table7_at_equal_parameters(tmp_path, capsys):
 
 
 def test_probe_curves_reads_the_published_equal_parameter_sweep():
-  """bench/probe_curves.py reads a records folder as the sweep's own report does: every run of
-  docs/sweep/table7_order with the test accuracy its results.csv lists."""
+  """bench/probes/probe_curves.py reads a records folder as the sweep's own report does: every run
+  of docs/sweep/table7_order with the test accuracy its results.csv lists."""
   import importlib.util  # pylint: disable=import-outside-toplevel
   root = Path(__file__).resolve().parents[1]
-  spec = importlib.util.spec_from_file_location("probe_curves", root / "bench/probe_curves.py")
+  spec = importlib.util.spec_from_file_location("probe_curves",
+                                                root / "bench/probes/probe_curves.py")
   probe_curves = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(probe_curves)
   runs = probe_curves.read_runs("order", root / "docs/sweep/table7_order")

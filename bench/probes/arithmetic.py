@@ -1,6 +1,6 @@
 """Floating-point operations per token of each block, LION's and S5's, counted from the config.
 
-    python bench/arithmetic.py                 # every token-task preset: LION-S against S5
+    python bench/probes/arithmetic.py                 # every token-task preset: LION-S against S5
 
 A training step costs about three forward passes (a matmul's backward is two), and the
 elementwise work (feature maps, decays, GELU, norms) comes on top: the count is of multiplies
@@ -24,8 +24,9 @@ import dataclasses
 import pathlib
 import sys
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))  # train_step, run as a module too
+# bench/ (train_step, also when imported as bench.probes.arithmetic) and the repository
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 
 from lion_jax.config import PRESETS, ModelConfig  # noqa: E402
 

@@ -1,10 +1,11 @@
 """The training step with and without a gradient barrier, side by side in one process.
 
-  .venv/bin/python bench/gradient_barrier.py                         # ListOps preset, batch 8
-  .venv/bin/python bench/gradient_barrier.py --where projections --variants lion_s,lion_d
-  .venv/bin/python bench/gradient_barrier.py --variants s5 --batch 50
-  .venv/bin/python bench/gradient_barrier.py --quick                 # runlocal, seconds
-  .venv/bin/python bench/gradient_barrier.py --task text --variants s5 --batch 2 --layouts padded
+  .venv/bin/python bench/probes/gradient_barrier.py                 # ListOps preset, batch 8
+  .venv/bin/python bench/probes/gradient_barrier.py --where projections --variants lion_s,lion_d
+  .venv/bin/python bench/probes/gradient_barrier.py --variants s5 --batch 50
+  .venv/bin/python bench/probes/gradient_barrier.py --quick         # runlocal, seconds
+  .venv/bin/python bench/probes/gradient_barrier.py --task text --variants s5 --batch 2 \
+      --layouts padded
 
 `lion_jax.barrier.gradient_barrier` makes XLA:CPU build a gradient as one array instead of
 fusing it, recomputed, into every consumer (its docstring). `--where` picks which barriers are
@@ -29,8 +30,8 @@ import argparse
 import pathlib
 import sys
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 
 import harness  # noqa: E402
 import packing as packing_bench  # noqa: E402

@@ -1,8 +1,9 @@
 """What a LION model does at initialisation: block output scales, memory lengths, gradients.
 
-  .venv/bin/python bench/init_diagnostics.py                      # long ListOps (`cpu_long`)
-  .venv/bin/python bench/init_diagnostics.py --variants lion_s,lion_s_zoh,lion_s@v_init=zoh_diag
-  .venv/bin/python bench/init_diagnostics.py --preset cpu --seeds 0,1,2
+  .venv/bin/python bench/probes/init_diagnostics.py               # long ListOps (`cpu_long`)
+  .venv/bin/python bench/probes/init_diagnostics.py \
+      --variants lion_s,lion_s_zoh,lion_s@v_init=zoh_diag
+  .venv/bin/python bench/probes/init_diagnostics.py --preset cpu --seeds 0,1,2
 
 For each variant of `configs/listops.py` (any `model.*` override can be appended as
 `variant@field=value@field=value`), the model is built as training builds it and run on one
@@ -37,7 +38,7 @@ import numpy as np
 import optax
 from flax import nnx
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 
 from lion_jax import decay as decay_lib  # noqa: E402
 from lion_jax.blocks import apply_norm, zero_padding  # noqa: E402

@@ -2,7 +2,7 @@
 pass (`initial_states`, today's) against reading them with two products of their own, as before:
 one training step compiled each way and timed interleaved in one process.
 
-    python bench/initial_states.py [--batch 8] [--layouts packed,padded] [--repeats 5]
+    python bench/probes/initial_states.py [--batch 8] [--layouts packed,padded] [--repeats 5]
 
 The earlier form is rebuilt here by patching `recomputed._segment_output` while a step is
 traced; both give the same values (tests/test_state_pass.py, tests/test_recomputed.py).
@@ -19,8 +19,8 @@ import sys
 import jax
 import jax.numpy as jnp
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 
 import harness  # noqa: E402
 import packing as packing_bench  # noqa: E402

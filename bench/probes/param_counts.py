@@ -1,4 +1,4 @@
-"""Parameter counts of the LRA presets next to S5's (`python -m bench.param_counts`).
+"""Parameter counts of the LRA presets next to S5's (`python -m bench.probes.param_counts`).
 
 LION counts come from building each preset abstractly (`nnx.eval_shape`, no memory). S5 counts are
 computed from its architecture (S5's `ssm.py`, `layers.py` and `seq_model.py`) with the

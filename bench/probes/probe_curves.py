@@ -6,7 +6,7 @@ steps (left) and training seconds (right), one line per (label, variant, seed), 
 parameters, steps, training seconds, best validation accuracy and its step, test accuracy at
 that step (the run's results.json), and the accuracy at each evaluation.
 
-    python bench/probe_curves.py --out docs/sweep/probes/listops_depth.png \
+    python bench/probes/probe_curves.py --out docs/sweep/probes/listops_depth.png \
         d2=docs/sweep/probes/listops_d2 d6=docs/sweep/probes/listops_d6
 
 Runs still training are read too (their timing so far; no test accuracy yet).

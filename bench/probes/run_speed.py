@@ -1,8 +1,8 @@
 r"""Does a real LION-S run keep its speed as its gates learn? Late against early step time.
 
-    python bench/run_speed.py                       # cpu_long LION-S, 1,200 steps (~10 min)
-    python bench/run_speed.py --steps 2000 --workdir runs/speed --extra --config.seed=1
-    python bench/run_speed.py --workdir runs/speed  # a finished run: only read its timing
+    python bench/probes/run_speed.py                       # cpu_long LION-S, 1,200 steps (~10 min)
+    python bench/probes/run_speed.py --steps 2000 --workdir runs/speed --extra --config.seed=1
+    python bench/probes/run_speed.py --workdir runs/speed  # a finished run: only read its timing
 
 Trains `configs/listops.py:lion_s,cpu_long` (or `--config`) with an evaluation every
 `--window` steps, so that the run's own `timing.jsonl` (training seconds over timed steps,
@@ -24,7 +24,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TARGET = 1.15
 
 

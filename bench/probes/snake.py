@@ -1,7 +1,7 @@
 """LION♮ cost: one mixer layer with snake orders vs the same layer in raster order, fwd+bwd.
 
-  .venv/bin/python bench/snake.py                  # L = 1024 (32×32) and 16384 (128×128)
-  .venv/bin/python bench/snake.py --quick          # L = 1024 only
+  .venv/bin/python bench/probes/snake.py                  # L = 1024 (32×32) and 16384 (128×128)
+  .venv/bin/python bench/probes/snake.py --quick          # L = 1024 only
 
 Each layer case is `lion_jax.LionMixer` ([B, L, d_model] -> [B, L, d_model] with its
 projections) at d_model 128, 4 heads, chunk_scan (C = 64), vector decays (the LRA setting), for
@@ -32,8 +32,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 
 import harness  # noqa: E402
 from lion_jax import LionMixer, ModelConfig, grid_lion_attention, lion_attention  # noqa: E402

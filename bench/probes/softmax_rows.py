@@ -1,9 +1,9 @@
 """The Transformer baseline's training step with its attention over the whole batch against one row
 at a time (`lion_jax.softmax.softmax_attention(..., one_example_at_a_time=...)`).
 
-  .venv/bin/python bench/softmax_rows.py            # the presets below, batch 32 (8 at L = 2048)
-  .venv/bin/python bench/softmax_rows.py --quick    # ListOps `runlocal` only
-  .venv/bin/python bench/softmax_rows.py --publish  # docs/bench/softmax_rows.json
+  .venv/bin/python bench/probes/softmax_rows.py        # the presets below, batch 32 (8 at L = 2048)
+  .venv/bin/python bench/probes/softmax_rows.py --quick    # ListOps `runlocal` only
+  .venv/bin/python bench/probes/softmax_rows.py --publish  # docs/bench/softmax_rows.json
 
 Both cases are the real step (`bench/train_step.step_case`, AdamW, state donated) on the same
 synthetic batch, compiled one after the other and timed interleaved in one process; the ratio
@@ -20,8 +20,8 @@ import functools
 import pathlib
 import sys
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 import harness  # noqa: E402
 import train_step  # noqa: E402

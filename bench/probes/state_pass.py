@@ -1,8 +1,8 @@
 """chunk_scan's two state passes side by side in one process: the N-step `lax.scan` against the
 log-depth `lax.associative_scan` (`lion_attention(state_pass=...)`).
 
-  .venv/bin/python bench/state_pass.py                 # L = 1K, 4K; vector decays; ~2 min on 2 cores
-  .venv/bin/python bench/state_pass.py --quick         # L = 256
+  .venv/bin/python bench/probes/state_pass.py          # L = 1K, 4K; vector decays; ~2 min on 2 cores
+  .venv/bin/python bench/probes/state_pass.py --quick  # L = 256
 
 Shapes as `bench/forms.py`: B=2, H=4, K=V=32 (d_model 128), float32, normalize="after",
 selective decays λ ∈ [0.9, 0.999], forward + backward (`jax.grad` w.r.t. q, k, v and the
@@ -10,7 +10,7 @@ decays). Cases are timed interleaved; the table gives each pass's median and the
 associative / scan (> 1: the associative pass is slower). Writes state_pass.json like the other
 benchmarks (`--out`, `--publish`).
 
-  .venv/bin/python bench/state_pass.py --two-way --batch 8   # ListOps preset's training step
+  .venv/bin/python bench/probes/state_pass.py --two-way --batch 8   # ListOps preset's training step
 
 `--two-way` times the vector kernel's "scan" pass both ways it can run, interleaved: the loop
 that reads and writes both directions where they lie (`chunkwise.TWO_WAY_PASSES["scan"]`, the
@@ -32,8 +32,8 @@ import sys
 
 import jax
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 
 import forms  # noqa: E402
 import harness  # noqa: E402
