@@ -105,6 +105,13 @@ ABLATION_VARIANTS: dict[str, dict[str, Any]] = {
     "lion_s5_real": {"model.decay": "fixed", "model.fixed_gate": False,
                      "model.feature_map": "constant", "model.normalize": "none",
                      "model.value_gain": "one_minus_decay", "model.directional_readout": True},
+    # The same with S5's random input matrix: W_v LeCun-normal (S5's B) instead of the identity;
+    "lion_s5_real_random_v": {"model.decay": "fixed", "model.fixed_gate": False,
+                              "model.feature_map": "constant", "model.normalize": "none",
+                              "model.value_gain": "one_minus_decay",
+                              "model.directional_readout": True, "model.v_init": "lecun"},
+    # and LION-S with that W_v alone.
+    "lion_s_random_v": {"model.v_init": "lecun"},
 }
 
 # Variant groups accepted by `lra.sweep --variants`, in the paper's row order.
@@ -130,7 +137,8 @@ GROUPS: dict[str, tuple[str, ...]] = {
     # (docs/paper_notes.md §20), for the `ladder` preset. `s5_real` is S5 with real decays;
     # `lion_d` is LION-S without its selective gate; `abl4_unscaled` the plain sum without a gain.
     "ladder": ("s5", "lion_s", "lion_s_directional", "lion_s_ssm_sum", "s5_real", "s5_real_tied",
-               "lion_s_ssm_open", "lion_s5_real", "lion_s_open_gate",
+               "lion_s_ssm_open", "lion_s5_real", "lion_s5_real_random_v", "lion_s_random_v",
+               "lion_s_open_gate",
                "lion_s_content_blind", "lion_s_ssm_lr", "lion_s_feedthrough", "lion_d",
                "abl4_unscaled"),
 }
@@ -178,6 +186,8 @@ LABELS: dict[str, str] = {
     "lion_s_directional": "LION-S, directional read-outs W_F, W_B",
     "lion_s_ssm_open": "LION-S, plain sum with S5's gain, gate open at init",
     "lion_s5_real": "S5 with real decays written as LION",
+    "lion_s5_real_random_v": "S5 with real decays written as LION, random W_v",
+    "lion_s_random_v": "LION-S, random W_v (LeCun)",
     "transformer": "Transformer",
     "s5": "S5",
     "s5_real": "S5, real decays",

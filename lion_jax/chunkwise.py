@@ -432,7 +432,7 @@ def _two_way_scan(fwd_totals, fwd_leaving, bwd_totals, bwd_leaving, initial=None
   of those steps, and at the ListOps preset they are twice the size of the layer's token
   activations. Its gradient is the same loop with the directions' roles swapped
   (`factored._states_backward`); with both, LION-S's training step at the ListOps preset runs
-  1.05-1.09x faster on a 2-core CPU (docs/benchmarks.md §9, `bench/state_pass.py --two-way`).
+  1.05-1.09x faster on a 2-core CPU (docs/benchmarks.md §9, `bench/probes/state_pass.py --two-way`).
   Not differentiable by JAX at a usable cost (its loop carries the whole
   output); the factored kernel differentiates it by hand.
 

@@ -7,7 +7,7 @@ On a single CPU device the attention is taken one batch row at a time, heads fir
 [H, L, L] weights recomputed in the backward pass instead of stored: the batched form writes and
 rereads B·H·L² weights several times over, which bounds it by memory traffic on a CPU, while one
 row's weights stay near the cores. At the presets the sweeps train it at, the Transformer's whole
-training step is then 1.8-3.3x faster in 5-14x less memory (`bench/softmax_rows.py`,
+training step is then 1.8-3.3x faster in 5-14x less memory (`bench/probes/softmax_rows.py`,
 docs/benchmarks.md section 3), so every equal-steps table spends less of its budget on this
 baseline. Everywhere else it is flax's `nnx.dot_product_attention` over the whole batch (the XLA
 reference implementation), what a Flax user gets by default: with the batch split over several

@@ -50,6 +50,11 @@ EXPECTED = {
     "lion_s5_real": {"model.decay": "fixed", "model.fixed_gate": False,
                      "model.feature_map": "constant", "model.normalize": "none",
                      "model.value_gain": "one_minus_decay", "model.directional_readout": True},
+    "lion_s5_real_random_v": {"model.decay": "fixed", "model.fixed_gate": False,
+                              "model.feature_map": "constant", "model.normalize": "none",
+                              "model.value_gain": "one_minus_decay",
+                              "model.directional_readout": True, "model.v_init": "lecun"},
+    "lion_s_random_v": {"model.v_init": "lecun"},
 }
 
 
