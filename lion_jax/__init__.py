@@ -8,8 +8,8 @@ from lion_jax.xla_flags import disable_crashing_cpu_fusions
 # Before anything can start a JAX backend: XLA reads its flags once, at that moment.
 disable_crashing_cpu_fusions()
 
-from lion_jax.attention import LionForm, Normalize, lion_attention, per_token_log_decay, resolve_form
-from lion_jax.masks import Convention, lion_mask, segsum, toeplitz_mask
+from lion_jax.attention import LionForm, Normalize, lion_attention, resolve_form
+from lion_jax.masks import Convention, lion_mask, per_token_log_decay, segsum, toeplitz_mask
 from lion_jax.config import PRESETS, ModelConfig, preset
 from lion_jax.grid_order import ScanOrder, grid_lion_attention
 from lion_jax.mixer import LionMixer, feature_map

@@ -111,40 +111,6 @@ def resolve_residuals(residuals: str, length: int) -> str:
   return "recomputed" if length > recomputed.SEGMENT_MAX else "stored"
 
 
-def per_token_log_decay(log_decay, batch: int, length: int, heads: int, value_dim: int, dtype):
-  """Broadcasts any accepted decay shape to one log-decay per token, head and decay channel.
-
-  Args:
-    log_decay: None (LIT), [H] (fixed per head), [H, V] (fixed per value channel),
-      [B, L, H] (selective per token) or [B, L, H, V] (selective vector).
-    batch, length, heads, value_dim: B, L, H, V of the inputs.
-    dtype: the compute dtype.
-
-  Returns:
-    [B, L, H, G] log-decays with G = 1 (scalar per head) or G = V.
-
-  Raises:
-    ValueError: for a shape that is none of the above, naming the expected shapes.
-  """
-  accepted = (f"None, [H]=[{heads}], [H, V]=[{heads}, {value_dim}], [B, L, H]=[{batch}, {length}, "
-              f"{heads}] or [B, L, H, V]=[{batch}, {length}, {heads}, {value_dim}]")
-  if log_decay is None:
-    return jnp.zeros((batch, length, heads, 1), dtype)
-  log_decay = jnp.asarray(log_decay, dtype)
-  shape = tuple(log_decay.shape)
-  if shape == (heads,):
-    expanded = log_decay[None, None, :, None]
-  elif shape == (heads, value_dim):
-    expanded = log_decay[None, None]
-  elif shape == (batch, length, heads):
-    expanded = log_decay[..., None]
-  elif shape == (batch, length, heads, value_dim):
-    expanded = log_decay
-  else:
-    raise ValueError(f"log_decay has shape {shape}; expected {accepted}.")
-  return jnp.broadcast_to(expanded, (batch, length, heads, expanded.shape[-1]))
-
-
 def lion_attention(q, k, v, log_decay=None, *, form: str | LionForm = "auto",
                    convention: str = "symmetric", normalize: str | Normalize = "after",
                    key_mask=None, chunk_size: int = 64, eps: float = 1e-6,
@@ -240,7 +206,7 @@ def lion_attention(q, k, v, log_decay=None, *, form: str | LionForm = "auto",
   dtype = jnp.promote_types(jnp.promote_types(q.dtype, v.dtype), jnp.float32)
   q, k, v = (x.astype(dtype) for x in (q, k, v))
   given_log_decay = None if log_decay is None else jnp.asarray(log_decay, dtype)
-  log_decay = per_token_log_decay(log_decay, batch, length, heads, value_dim, dtype)
+  log_decay = masks.per_token_log_decay(log_decay, batch, length, heads, value_dim, dtype)
   gate_f = masks.forward_gate(log_decay, convention)
   explicit_forward_gate = None  # the recomputing kernels derive theirs from the convention
   if segment_ids is not None:
@@ -297,7 +263,7 @@ def lion_attention(q, k, v, log_decay=None, *, form: str | LionForm = "auto",
 
 def _check_arrays(q, k, v, log_decay, key_mask):
   """Raises a ValueError or TypeError naming the argument when an input has the wrong rank,
-  shape or dtype (the log_decay shape is checked by `per_token_log_decay`)."""
+  shape or dtype (the log_decay shape is checked by `masks.per_token_log_decay`)."""
   arrays = {"q": q, "k": k, "v": v, "log_decay": log_decay, "key_mask": key_mask}
   for name, x in arrays.items():
     if x is not None and not (hasattr(x, "shape") and hasattr(x, "dtype")):
@@ -340,7 +306,7 @@ def _recurrent(kernel, q, k, v, gate_f, log_decay, normalize):
   gate_b = masks.backward_gate_flipped(log_decay)
   if normalize is not Normalize.AFTER:
     return recurrent.bidirectional(kernel, q, k, v, gate_f, gate_b), None
-  carried, (gate_f, gate_b) = _with_unit_values(v, gate_f, gate_b)
+  carried, (gate_f, gate_b) = masks.with_unit_values(v, gate_f, gate_b)
   out = recurrent.bidirectional(kernel, q, k, carried, gate_f, gate_b)
   return out[..., :v.shape[-1]], out[..., v.shape[-1]:]
 
@@ -368,7 +334,7 @@ def _direction_halves(form, q, k, v, gate_f, log_decay, normalize, chunk_size):
   gate_b = masks.backward_gate_flipped(log_decay)
   if normalize is not Normalize.AFTER:
     return recurrent.bidirectional_halves(kernel, q, k, v, gate_f, gate_b), None
-  carried, (gate_f, gate_b) = _with_unit_values(v, gate_f, gate_b)
+  carried, (gate_f, gate_b) = masks.with_unit_values(v, gate_f, gate_b)
   left, right = recurrent.bidirectional_halves(kernel, q, k, carried, gate_f, gate_b)
   value_dim = v.shape[-1]
   return (left[..., :value_dim], right[..., :value_dim]), (left[..., value_dim:]
@@ -392,7 +358,7 @@ def _chunk_scan(q, k, v, gate_f, log_decay, normalize, chunk_size, state_pass="a
     return chunkwise.bidirectional_chunk_scan(q, k, v, gate_f, log_decay, chunk_size,
                                               with_key_sums=normalize is Normalize.AFTER,
                                               state_pass=state_pass)
-  carried, (gate_f, log_decay) = _with_unit_values(v, gate_f, log_decay)
+  carried, (gate_f, log_decay) = masks.with_unit_values(v, gate_f, log_decay)
   out, _ = chunkwise.bidirectional_chunk_scan(q, k, carried, gate_f, log_decay, chunk_size,
                                               state_pass=state_pass)
   return out[..., :v.shape[-1]], out[..., v.shape[-1]:]
@@ -406,29 +372,9 @@ def _context_parallel_chunk_scan(q, k, v, log_decay, convention, normalize, chun
       state_pass=state_pass)
   if normalize is not Normalize.AFTER:
     return scan(v, log_decay), None
-  carried, (log_decay,) = _with_unit_values(v, log_decay)
+  carried, (log_decay,) = masks.with_unit_values(v, log_decay)
   out = scan(carried, log_decay)
   return out[..., :v.shape[-1]], out[..., v.shape[-1]:]
-
-
-def _with_unit_values(v, *gates):
-  """Values with one channel of ones per decay channel appended, and gates to match.
-
-  The decayed normaliser is the numerator with v ≡ 1 (paper App. C.7), so a kernel that carries
-  these channels computes both at once.
-
-  Args:
-    v: [B, L, H, V] values.
-    *gates: [B, L, H, G] log-gates, G = 1 or V.
-
-  Returns:
-    [B, L, H, V + G] carried values, and the gates widened to V + G channels when G = V.
-  """
-  groups = gates[0].shape[-1]
-  carried = jnp.concatenate([v, jnp.ones(v.shape[:-1] + (groups,), v.dtype)], axis=-1)
-  if groups > 1:  # vector decays: each carried channel needs its own gate
-    gates = tuple(jnp.concatenate([g, g], axis=-1) for g in gates)
-  return carried, gates
 
 
 def _contract(scores, decay, v, normalize):

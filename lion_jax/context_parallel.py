@@ -207,11 +207,10 @@ def context_parallel_recomputed(q, k, v, log_decay, key_mask, *, convention: str
 def _recomputed_shard(q, k, v, key_mask, log_decay, *, convention, normalize, chunk_size, eps,
                       axis_name, state_pass):
   """One shard's normalised outputs (`context_parallel_recomputed`); inside `shard_map`."""
-  from lion_jax import attention  # attention imports this module
   batch, length, heads, _ = q.shape
   value_dim = v.shape[-1]
   symmetric = masks.Convention(convention) is masks.Convention.SYMMETRIC
-  a = attention.per_token_log_decay(log_decay, batch, length, heads, value_dim, q.dtype)
+  a = masks.per_token_log_decay(log_decay, batch, length, heads, value_dim, q.dtype)
   masked = k * key_mask[:, :, None, None].astype(k.dtype)
   summary = _summarise_values(masked, v, a, normalize == "after", symmetric)
   outer, first_gate = _exchange(summary, axis_name, symmetric)
@@ -244,13 +243,12 @@ def _summarise_values(k, v, a, with_normaliser: bool, symmetric: bool):
     with_normaliser: carry a channel of ones per decay channel (normalize="after").
     symmetric: the convention (which first or last decay the next shard's gate needs).
   """
-  from lion_jax import attention  # attention imports this module
   inner_gate = (a if symmetric else masks.forward_gate(a, "code")).at[:, 0].set(0.0)
 
   def carried(v, *gates):
     if not with_normaliser:
       return v, gates
-    return attention._with_unit_values(v, *gates)  # pylint: disable=protected-access
+    return masks.with_unit_values(v, *gates)
 
   def summary(k, v, a, inner_gate):
     u, (inner_gate, a) = carried(v, inner_gate, a)

@@ -43,7 +43,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from lion_jax.options import describe
-from lion_jax.s5 import hippo_n
 
 HIPPO_REAL = -0.5  # Re Λ of the diagonalised HiPPO-LegS normal part (S5, DSS)
 # "hippo_modulus" caps log λ here: a memory of 2 tokens, which a selective gate may still halve
@@ -51,6 +50,23 @@ HIPPO_REAL = -0.5  # Re Λ of the diagonalised HiPPO-LegS normal part (S5, DSS)
 SHORTEST_MEMORY_LOG_DECAY = -0.5
 # softplus(c) = 1: the softplus step starts at the base decay (z = 0 gives log λ = B).
 SOFTPLUS_SHIFT = 0.5413248546129181  # log(e − 1)
+
+
+def hippo_n(n: int):
+  """HiPPO-LegS normal part of size n, diagonalised.
+
+  S = A + p pᵀ with A the HiPPO-LegS matrix and p_i = √(i + ½) is normal; its eigenvalues have
+  real part mean(diag S) = −½ and imaginary parts from the Hermitian eigenproblem of −iS.
+
+  Returns:
+    (Λ [n] complex128, V [n, n] complex128 unitary) with S = V diag(Λ) V*.
+  """
+  q = np.sqrt(1 + 2 * np.arange(n))
+  legs = -(np.tril(q[:, None] * q[None, :]) - np.diag(np.arange(n)))  # [n, n] HiPPO-LegS
+  p = np.sqrt(np.arange(n) + 0.5)
+  normal = legs + p[:, None] * p[None, :]  # [n, n]
+  lambda_im, v = np.linalg.eigh(normal * -1j)
+  return np.mean(np.diagonal(normal)) + 1j * lambda_im, v
 
 
 def sample_dt(key, shape, dt_min: float, dt_max: float):
@@ -108,7 +124,7 @@ def init_log_decay(key, heads: int, groups: int, init: str, dt_min: float, dt_ma
 
 
 def hippo_moduli(count: int):
-  """|Λ_n| of HiPPO-N of size 2·count (`lion_jax.s5.hippo_n`), one per conjugate pair.
+  """|Λ_n| of HiPPO-N of size 2·count (`hippo_n`), one per conjugate pair.
 
   Args:
     count: how many moduli (V channels of a head, or H heads for scalar decays).

@@ -39,7 +39,8 @@ from typing import NamedTuple
 import jax.numpy as jnp
 import numpy as np
 
-from lion_jax.attention import Normalize, lion_attention, per_token_log_decay
+from lion_jax.attention import Normalize, lion_attention
+from lion_jax.masks import per_token_log_decay
 from lion_jax.options import check_choice, str_enum
 
 

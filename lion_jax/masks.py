@@ -136,3 +136,57 @@ def toeplitz_mask(log_decay: jnp.ndarray, length: int) -> jnp.ndarray:
   """
   distance = jnp.abs(jnp.arange(length)[:, None] - jnp.arange(length)[None, :])
   return jnp.exp(distance * log_decay[..., None, None])
+
+
+def per_token_log_decay(log_decay, batch: int, length: int, heads: int, value_dim: int, dtype):
+  """Broadcasts any accepted decay shape to one log-decay per token, head and decay channel.
+
+  Args:
+    log_decay: None (LIT), [H] (fixed per head), [H, V] (fixed per value channel),
+      [B, L, H] (selective per token) or [B, L, H, V] (selective vector).
+    batch, length, heads, value_dim: B, L, H, V of the inputs.
+    dtype: the compute dtype.
+
+  Returns:
+    [B, L, H, G] log-decays with G = 1 (scalar per head) or G = V.
+
+  Raises:
+    ValueError: for a shape that is none of the above, naming the expected shapes.
+  """
+  accepted = (f"None, [H]=[{heads}], [H, V]=[{heads}, {value_dim}], [B, L, H]=[{batch}, {length}, "
+              f"{heads}] or [B, L, H, V]=[{batch}, {length}, {heads}, {value_dim}]")
+  if log_decay is None:
+    return jnp.zeros((batch, length, heads, 1), dtype)
+  log_decay = jnp.asarray(log_decay, dtype)
+  shape = tuple(log_decay.shape)
+  if shape == (heads,):
+    expanded = log_decay[None, None, :, None]
+  elif shape == (heads, value_dim):
+    expanded = log_decay[None, None]
+  elif shape == (batch, length, heads):
+    expanded = log_decay[..., None]
+  elif shape == (batch, length, heads, value_dim):
+    expanded = log_decay
+  else:
+    raise ValueError(f"log_decay has shape {shape}; expected {accepted}.")
+  return jnp.broadcast_to(expanded, (batch, length, heads, expanded.shape[-1]))
+
+
+def with_unit_values(v, *gates):
+  """Values with one channel of ones per decay channel appended, and gates to match.
+
+  The decayed normaliser is the numerator with v ≡ 1 (paper App. C.7), so a kernel that carries
+  these channels computes both at once.
+
+  Args:
+    v: [B, L, H, V] values.
+    *gates: [B, L, H, G] log-gates, G = 1 or V.
+
+  Returns:
+    [B, L, H, V + G] carried values, and the gates widened to V + G channels when G = V.
+  """
+  groups = gates[0].shape[-1]
+  carried = jnp.concatenate([v, jnp.ones(v.shape[:-1] + (groups,), v.dtype)], axis=-1)
+  if groups > 1:  # vector decays: each carried channel needs its own gate
+    gates = tuple(jnp.concatenate([g, g], axis=-1) for g in gates)
+  return carried, gates

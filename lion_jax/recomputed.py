@@ -77,7 +77,7 @@ def recomputed_chunk_scan(q, k, v, log_decay, key_mask, *, convention: str, norm
   Args:
     q, k: [B, L, H, K] queries and keys (feature-mapped, in the compute dtype).
     v: [B, L, H, V] values.
-    log_decay: None, [H], [H, V], [B, L, H] or [B, L, H, V] (`attention.per_token_log_decay`).
+    log_decay: None, [H], [H, V], [B, L, H] or [B, L, H, V] (`masks.per_token_log_decay`).
     key_mask: [B, L] bool or None.
     convention, normalize, chunk_size, eps, state_pass: as in `lion_attention` (strings).
     forward_gate: [B, L, H] or [B, L, H, V] log-gates of the lower triangle in place of those of
@@ -276,9 +276,8 @@ def _gates(options, seg, whole, key_mask, s):
   batch, length, heads, value_dim = v.shape
   if key_mask is not None:
     k = k * key_mask[:, :, None, None].astype(k.dtype)
-  from lion_jax import attention  # a cycle at import time: attention imports this module
   raw = seg["log_decay"] if seg["log_decay"] is not None else whole["log_decay"]
-  a = attention.per_token_log_decay(raw, batch, length, heads, value_dim, q.dtype)  # [B, S, H, G]
+  a = masks.per_token_log_decay(raw, batch, length, heads, value_dim, q.dtype)  # [B, S, H, G]
   if seg["log_decay"] is None:  # a fixed decay: none on the padding, where states may enter
     real = s * options.segment + jnp.arange(length) < options.length  # [S]
     a = jnp.where(real[None, :, None, None], a, 0.0)
@@ -291,7 +290,7 @@ def _gates(options, seg, whole, key_mask, s):
   else:
     f = a
   if options.normalize == "after":
-    u, (f, a) = attention._with_unit_values(v, f, a)  # pylint: disable=protected-access
+    u, (f, a) = masks.with_unit_values(v, f, a)
   else:
     u = v
   return q, k, u, f, a

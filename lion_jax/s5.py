@@ -30,24 +30,8 @@ import numpy as np
 from flax import nnx
 
 from lion_jax import segments
+from lion_jax.decay import hippo_n
 from lion_jax.config import ModelConfig
-
-
-def hippo_n(n: int):
-  """HiPPO-LegS normal part of size n, diagonalised.
-
-  S = A + p pᵀ with A the HiPPO-LegS matrix and p_i = √(i + ½) is normal; its eigenvalues have
-  real part mean(diag S) = −½ and imaginary parts from the Hermitian eigenproblem of −iS.
-
-  Returns:
-    (Λ [n] complex128, V [n, n] complex128 unitary) with S = V diag(Λ) V*.
-  """
-  q = np.sqrt(1 + 2 * np.arange(n))
-  legs = -(np.tril(q[:, None] * q[None, :]) - np.diag(np.arange(n)))  # [n, n] HiPPO-LegS
-  p = np.sqrt(np.arange(n) + 0.5)
-  normal = legs + p[:, None] * p[None, :]  # [n, n]
-  lambda_im, v = np.linalg.eigh(normal * -1j)
-  return np.mean(np.diagonal(normal)) + 1j * lambda_im, v
 
 
 def block_hippo(ssm_size: int, blocks: int, conj_sym: bool = True):

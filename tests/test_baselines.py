@@ -16,7 +16,8 @@ from configs import common
 from configs import listops as listops_config
 from lion_jax import LraClassifier, ModelConfig
 from lion_jax.models import sinusoidal_positions
-from lion_jax.s5 import S5Mixer, hippo_n, linear_recurrence
+from lion_jax.decay import hippo_n
+from lion_jax.s5 import S5Mixer, linear_recurrence
 from lion_jax import softmax
 from lion_jax.softmax import SoftmaxMixer
 from lra import optim, train
