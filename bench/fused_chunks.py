@@ -1,5 +1,5 @@
 """The vector-decay `chunk_scan` layer with its per-chunk products as fused Pallas kernels
-(`lion_jax.fused_chunks`) against the array-op kernel, forward + backward, in one process.
+(`lion_jax.ops.fused_chunks`) against the array-op kernel, forward + backward, in one process.
 
   python3 bench/fused_chunks.py                      # GPU: ListOps preset shapes, packed and padded
   python3 bench/fused_chunks.py --shapes 2,256,2,16,16,16 --quick   # CPU: Pallas's interpreter
@@ -31,7 +31,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 import harness  # noqa: E402
-from lion_jax import chunkwise, factored, fused_chunks  # noqa: E402
+from lion_jax.ops import chunkwise, factored, fused_chunks  # noqa: E402
 
 # ListOps preset, LION-S: H = 2 heads of K = 64, E = 2V = 128 carried channels (normalize
 # "after" with vector decays), C = 32; 13 packed rows of 4608 tokens and 50 padded of 2048.

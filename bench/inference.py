@@ -31,7 +31,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 import harness  # noqa: E402
 from lion_jax import LraClassifier, ModelConfig  # noqa: E402
-from lion_jax.models import token_mask  # noqa: E402
+from lion_jax.nn.models import token_mask  # noqa: E402
 
 TOLERANCE = 1e-4
 

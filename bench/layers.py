@@ -8,8 +8,8 @@
 
 Every layer maps [B, L, d_model] -> [B, L, d_model] with its projections (q/k/v/o, or S5's
 B/C/D): `lion_jax.LionMixer` at d_model 128 with 4 heads (d_head 32) in form chunk_scan (C=64);
-`lion_jax.softmax.SoftmaxMixer` (flax `nnx.dot_product_attention`) with the same d_model and
-heads; `lion_jax.s5.S5Mixer` with d_model 128 and P = 256 (J = 16, 128 complex states after
+`lion_jax.nn.softmax.SoftmaxMixer` (flax `nnx.dot_product_attention`) with the same d_model and
+heads; `lion_jax.nn.s5.S5Mixer` with d_model 128 and P = 256 (J = 16, 128 complex states after
 conjugate symmetry: S5's Path-X/AAN configuration), with S5's associative scan and with a linear
 `lax.scan`. "fwd+bwd" is the gradient of a scalar loss w.r.t. all parameters and the input.
 All cases of one L are timed interleaved in one process; ratios are what to read.
@@ -47,9 +47,10 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 import harness  # noqa: E402
 import trained_decays  # noqa: E402
-from lion_jax import LionMixer, ModelConfig, chunkwise  # noqa: E402
-from lion_jax.s5 import S5Mixer  # noqa: E402
-from lion_jax.softmax import SoftmaxMixer  # noqa: E402
+from lion_jax import LionMixer, ModelConfig  # noqa: E402
+from lion_jax.ops import chunkwise  # noqa: E402
+from lion_jax.nn.s5 import S5Mixer  # noqa: E402
+from lion_jax.nn.softmax import SoftmaxMixer  # noqa: E402
 
 
 def lion_config(variant, d_model, heads, chunk, decay_shape, residuals="auto"):

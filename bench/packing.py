@@ -53,7 +53,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 import harness  # noqa: E402
 import train_step  # noqa: E402
 from configs import common  # noqa: E402
-from lion_jax.attention import resolve_residuals  # noqa: E402
+from lion_jax.ops.attention import resolve_residuals  # noqa: E402
 from lra import steps  # noqa: E402
 from lra.train import check_config  # noqa: E402
 from lra.data import listops as listops_data  # noqa: E402

@@ -6,7 +6,7 @@ lengths, beside S5, on the same examples padded and packed, in one process.
   python3 bench/segments.py --cases lion_s@64:stored:packed,lion_s:stored:packed   # C = 64, 32
   .venv/bin/python bench/segments.py --quick                  # runlocal sizes, seconds
 
-The recomputing kernel (`lion_jax/recomputed.py`) runs a row's segments of S tokens one after
+The recomputing kernel (`lion_jax/ops/recomputed.py`) runs a row's segments of S tokens one after
 another, and the number of segments a step runs grows as L / S per block. Its rule picks
 128-512 tokens a row on a CPU (for a 2-core CPU's caches, docs/benchmarks.md §10) and up to
 2^17 tokens over the batch on a GPU or TPU (one segment a row at the ListOps preset), which
@@ -49,7 +49,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 import harness  # noqa: E402
 import packing as packing_bench  # noqa: E402
 import train_step  # noqa: E402
-from lion_jax import factored, fused_chunks, recomputed  # noqa: E402
+from lion_jax.ops import factored, fused_chunks, recomputed  # noqa: E402
 from lra.data import packing  # noqa: E402
 
 # variant:residuals[:S]:layout, most informative first (a run cut short keeps the first ones).
@@ -139,11 +139,11 @@ def source_times(hlo_text: str, ms_by_op: dict[tuple[str, str], float]) -> dict[
 
   Each HLO instruction names a stack frame (`stack_frame_id`), whose innermost location is the
   Python function (outside JAX) that emitted it; where its op name holds a "stage:<name>" scope
-  (the backward passes of `lion_jax.factored` and `lion_jax.recomputed`, custom VJPs whose ops
-  carry the forward call's frames), the stage is added in brackets. An op of the trace (an HLO
-  instruction: a fusion, a library call, a copy) holds its own instruction and, for a fusion,
-  every instruction of the computations it calls; its time is split among their functions in
-  proportion to how many instructions each wrote. Ops with no metadata count as "?".
+  (the backward passes of `lion_jax.ops.factored` and `lion_jax.ops.recomputed`, custom VJPs
+  whose ops carry the forward call's frames), the stage is added in brackets. An op of the
+  trace (an HLO instruction: a fusion, a library call, a copy) holds its own instruction and,
+  for a fusion, every instruction of the computations it calls; its time is split among their
+  functions in proportion to how many instructions each wrote. Ops with no metadata count as "?".
 
   Args:
     hlo_text: `compiled.as_text()` of the step.

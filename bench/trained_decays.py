@@ -52,7 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import harness  # noqa: E402
 from configs import common  # noqa: E402
 from configs import workdir as workdir_config  # noqa: E402
-from lion_jax import chunkwise  # noqa: E402
+from lion_jax.ops import chunkwise  # noqa: E402
 from lra import checkpoint, steps, train  # noqa: E402
 from lra.data.batching import make_loader  # noqa: E402
 

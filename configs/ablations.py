@@ -60,7 +60,7 @@ ABLATION_VARIANTS: dict[str, dict[str, Any]] = {
     "abl6_no_selectivity": {"model.decay": "fixed", "model.fixed_gate": False},
     # [7]: "SoftPlus activation for a_i", read as a softplus selective step,
     # log λ = B · softplus(z + c): λ ∈ (0, 1), the decay rate unbounded above, the base decay
-    # at z = 0 (`lion_jax.decay`). The literal a = B + softplus(z) puts λ > 1 at init and
+    # at z = 0 (`lion_jax.ops.decay`). The literal a = B + softplus(z) puts λ > 1 at init and
     # overflows at L ≥ 1024, yet the paper's row trained on five tasks (docs/paper_notes.md).
     "abl7_softplus": {"model.selective_mode": "softplus_dt"},
     # The other selective modes of LION-S, to compare side by side with `lion_s` (log_additive,

@@ -53,7 +53,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
 # The Table 3 "w/o HiPPO" rows and the Table 6 ablations ([1]-[7]).
 VARIANTS.update(ABLATION_VARIANTS)
 
-# LION♮ (paper §C.11, Figure 9; `lion_jax.grid_order`): the decays run along the row and the
+# LION♮ (paper §C.11, Figure 9; `lion_jax.ops.grid_order`): the decays run along the row and the
 # column snake of the image, each snake with its own decay parameters, and the two masks are
 # averaged before the normalisation. Only for the tasks whose preset knows its grid (Image,
 # Pathfinder, Path-X), so these are not in `VARIANTS`, which every task accepts.
@@ -159,7 +159,8 @@ DEFAULT_MESH = (-1, 1)
 # The switches that may follow the variant (`configs/<task>.py:<variant>,<switch>`), with what
 # each does; a task config may accept more (`extra_args`: ListOps' `demo`).
 PRESET_FLAGS: dict[str, str] = {
-    "runlocal": "a tiny model, 30 steps on 64 examples: any task in about a minute (smoke run)",
+    "runlocal": "a tiny model, 30 steps on 64 examples (Path-X: 10 on 16): any task in about a "
+                "minute (smoke run)",
     "cpu": "a small model and a few hundred steps that fit a 2-core CPU (configs/ablations.py)",
     "cpu_long": "ListOps only: 250-500-token expressions at L = 512, the paper's HiPPO range",
     "cpu_order": "every model at equal parameters where Table 7's ordering can show: ListOps at "

@@ -6,7 +6,7 @@ Paper (LION Table 3, test accuracy): LION-S 86.14, LION-D 85.66, LION-LIT 43.29.
 Data: put cifar-10-binary.tar.gz (or cifar-10-python.tar.gz) at <data_dir>/cifar10/ (the
 error message says where). Smoke run: `--config configs/image.py:lion_s,runlocal`.
 LION♮ (paper §C.11, Figure 9): `:lion_s_snake` and `:lion_d_snake` run the decays along the
-row and column snakes of the image (`lion_jax.grid_order`, docs/scan_orders.png).
+row and column snakes of the image (`lion_jax.ops.grid_order`, docs/scan_orders.png).
 """
 
 from configs import common

@@ -20,7 +20,7 @@ from configs import common
 
 # S5 as the S5 release trains it on ListOps: bin/run_experiments/run_lra_listops.sh of
 # lindermanlab/S5 ("script") and the argument defaults of its run_train.py ("release default").
-# The script's --bidirectional=True is the only form `lion_jax.s5` has; conj_sym (True),
+# The script's --bidirectional=True is the only form `lion_jax.nn.s5` has; conj_sym (True),
 # discretization (zoh) and --mode=pool (mean pooling) are release defaults the model shares.
 S5 = {
     "model.d_model": 128,  # script: --d_model=128

@@ -7,7 +7,7 @@ Data: the LRA release's pathfinder32/ (curv_contour_length_14) or our generator
 (`python -m lra.data generate pathfinder --resolution 32 ...`). Smoke run (generates a few
 hundred images when missing): `--config configs/pathfinder.py:lion_s,runlocal`.
 LION♮ (paper §C.11, Figure 9): `:lion_s_snake` and `:lion_d_snake` run the decays along the
-row and column snakes of the image (`lion_jax.grid_order`, docs/scan_orders.png).
+row and column snakes of the image (`lion_jax.ops.grid_order`, docs/scan_orders.png).
 """
 
 from configs import common

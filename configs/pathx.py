@@ -7,7 +7,7 @@ Data: the LRA release's pathfinder128/ or our generator (`python -m lra.data gen
 pathfinder --resolution 128 ...`). Smoke run (generates a few images when missing):
 `--config configs/pathx.py:lion_s,runlocal`.
 LION♮ (paper §C.11, Figure 9): `:lion_s_snake` and `:lion_d_snake` run the decays along the
-row and column snakes of the image (`lion_jax.grid_order`, docs/scan_orders.png).
+row and column snakes of the image (`lion_jax.ops.grid_order`, docs/scan_orders.png).
 Baseline (Table 7): `:s5` (S5's release settings, 98.58 in the paper). There is no
 `:transformer`: Table 7 marks the Transformer on Path-X as failed (✗), as the LRA paper marks
 every model it ran there (no better than chance), so there is no number to reproduce; and the

@@ -28,8 +28,8 @@ class ModelConfig:
   Attributes are documented inline; `lion_jax.options.CHOICES` lists the allowed strings.
   """
 
-  # Sequence mixer inside every block: "lion" (`LionMixer`), "s5" (`lion_jax.s5.S5Mixer`, the
-  # S5 baseline) or "softmax" (`lion_jax.softmax.SoftmaxMixer`, the Transformer baseline). The
+  # Sequence mixer inside every block: "lion" (`LionMixer`), "s5" (`lion_jax.nn.s5.S5Mixer`, the
+  # S5 baseline) or "softmax" (`lion_jax.nn.softmax.SoftmaxMixer`, the Transformer baseline). The
   # fields of one mixer (`MIXER_FIELDS`) may not be changed from their defaults under another.
   mixer: str = "lion"
   # Width H of the residual stream, number of residual blocks and of LION heads (d_head = H / heads).
@@ -78,7 +78,7 @@ class ModelConfig:
   # or "sigmoid" λ = σ(a) (paper Sec. 3.3 LION-D). Both start from the same λ.
   decay_param: str = "neg_exp"
   # How tokens modulate the base log-decay B (docs/math.md §5); see
-  # `lion_jax.decay.selective_log_decay`.
+  # `lion_jax.ops.decay.selective_log_decay`.
   selective_mode: str = "log_additive"
   # Bias of the selective gate at init; None picks the mode's default (+1 for log_additive: a
   # memory of about 3 tokens per token at init, docs/math.md §5; else 0). With fixed_gate it is
@@ -126,7 +126,7 @@ class ModelConfig:
   state_pass: str = "auto"
   # What "chunk_scan" keeps for its backward pass: "stored" (blocks, states, normalisers),
   # "recomputed" (its inputs only; the kernel runs again segment by segment in the backward
-  # pass, `lion_jax.recomputed`) or "auto" (`attention.resolve_residuals`). The same values.
+  # pass, `lion_jax.ops.recomputed`) or "auto" (`attention.resolve_residuals`). The same values.
   residuals: str = "auto"
   # jax.checkpoint each block (long sequences: recompute activations in the backward pass).
   remat: bool = False
@@ -135,7 +135,7 @@ class ModelConfig:
   # Parameters, decays, normalisers and states (inside lion_attention), BatchNorm statistics,
   # pooling and the classification head stay float32.
   dtype: str = "float32"
-  # LION♮ (paper §C.11, Figure 9; `lion_jax.grid_order`): the (H, W) image the tokens were
+  # LION♮ (paper §C.11, Figure 9; `lion_jax.ops.grid_order`): the (H, W) image the tokens were
   # flattened from row by row (H·W = L), and the order the decays run along: "raster" (the
   # grid is unused), "snake" (row and column snake, each with its own decay parameters, masks
   # averaged before the normalisation, as the official release) or "snake_outputs" (the two
@@ -152,7 +152,7 @@ class ModelConfig:
   attention_dim: int | None = None
   # S5 (mixer="s5"; S5 paper Sec. 3 and its LRA release): state size P before conjugate
   # symmetry, J HiPPO-N blocks, conjugate symmetry (P/2 complex states), Re Λ clipped to ≤ −1e-4,
-  # the init of C (`lion_jax.s5.C_INITS`), one Δ per layer instead of per state (dt_global: not
+  # the init of C (`lion_jax.nn.s5.C_INITS`), one Δ per layer instead of per state (dt_global: not
   # the S5 release's --dt_global, which keeps one Δ per state and only trains log Δ at the global
   # learning rate, `configs.common.s5_param_groups`; no config here sets it), and the scan:
   # "associative" (S5's) or "linear" (`lax.scan`). dt_min/dt_max set log Δ's range.

@@ -2,8 +2,9 @@
 
 `ModelConfig` validates its fields against `CHOICES`; `lion_attention`, the masks, the feature maps
 and the decay functions check their own arguments with `check_choice`, and the enums of
-`lion_jax.attention` and `lion_jax.masks` are built from the same tuples. A new option value is
-added here once (and implemented where it is used); every error message then lists it.
+`lion_jax.ops.attention` and `lion_jax.ops.masks` are built from the same tuples. A new option
+value is added here once (and implemented where it is used); every error message then lists
+it.
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "c_init": ("lecun_normal", "trunc_standard_normal", "complex_normal"),
     # How `chunk_scan` passes states between chunks (`chunkwise.resolve_state_pass`).
     "state_pass": ("auto", "scan", "associative"),
-    # What `chunk_scan` keeps for its backward pass (`lion_jax.recomputed`, `resolve_residuals`).
+    # What `chunk_scan` keeps for its backward pass (`lion_jax.ops.recomputed`,
+    # `resolve_residuals`).
     "residuals": ("auto", "stored", "recomputed"),
 }
 

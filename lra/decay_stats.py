@@ -14,7 +14,7 @@ a = log λ of four forms:
                     which the `paper_literal` mode clamps to λ = 1
   softplus_literal  a = B + softplus(z), Table 6 row [7] read literally ("a_i = SoftPlus(x)"
                     added to the HiPPO part); not a mode of this codebase
-  softplus_dt       a = B · softplus(z + c), our row [7] (`lion_jax.decay`)
+  softplus_dt       a = B · softplus(z + c), our row [7] (`lion_jax.ops.decay`)
   sigmoid_dt        a = B · 2σ(z), the default until the gate became additive
                     (docs/paper_notes.md §13)
 
@@ -35,9 +35,9 @@ import numpy as np
 from flax import nnx
 
 from lion_jax import LraClassifier, preset
-from lion_jax import decay as decay_lib
-from lion_jax.blocks import apply_norm
-from lion_jax.models import token_mask
+from lion_jax.ops import decay as decay_lib
+from lion_jax.nn.blocks import apply_norm
+from lion_jax.nn.models import token_mask
 
 # task -> (sequence length, vocabulary size; 0 for pixel inputs), as the LRA tasks have them.
 TASK_INPUTS = {"listops": (2048, 20), "text": (4096, 256), "retrieval": (4000, 256),

@@ -32,9 +32,9 @@ from pathlib import Path
 import numpy as np
 from flax import nnx
 
-from lion_jax.blocks import apply_norm, zero_padding
-from lion_jax.mixer import LionMixer, feature_map
-from lion_jax.s5 import S5Mixer
+from lion_jax.nn.blocks import apply_norm, zero_padding
+from lion_jax.nn.mixer import LionMixer, feature_map
+from lion_jax.nn.s5 import S5Mixer
 
 
 # --- the maths, per layer, in float64 ----------------------------------------------------------
@@ -143,7 +143,7 @@ def describe_lion(mixer: LionMixer, x, length: int) -> dict:
   qk = np.einsum("ihk,jhk->hij", q, k)[:, real]
   base = None
   if mixer.decay_base is not None:
-    from lion_jax.decay import base_log_decay  # pylint: disable=import-outside-toplevel
+    from lion_jax.ops.decay import base_log_decay  # pylint: disable=import-outside-toplevel
     base = np.asarray(base_log_decay(mixer.decay_base[...], config.decay_param), np.float64)
   memory = 1.0 / np.maximum(-per_token.mean(axis=0), 1e-12)  # [H, V] tokens
   return {

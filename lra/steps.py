@@ -31,7 +31,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from lion_jax.config import ModelConfig
-from lion_jax.models import LraClassifier, count_params
+from lion_jax.nn.models import LraClassifier, count_params
 from lion_jax.options import ConfigError
 
 

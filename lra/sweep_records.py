@@ -59,7 +59,7 @@ CODE_PATHS = ("configs", "lion_jax", "lra", "run.py")
 # decides the steps the best one is picked from), and where this machine keeps the data.
 SAME_RESULT = frozenset(resume.MAY_CHANGE_ON_RESUME) - {"eval_every_steps"} | {"data_dir"}
 ABSENT = "(absent)"
-# LION fields the mixer does not read under a decay (`lion_jax.mixer`): LION-LIT has no decay
+# LION fields the mixer does not read under a decay (`lion_jax.nn.mixer`): LION-LIT has no decay
 # parameters (its W_v gains come from HiPPO's Δ whatever decay_init says), LION-D no input gate.
 UNREAD_BY_DECAY = {
     "lit": ("decay_init", "decay_param", "selective_mode", "selective_bias_init",

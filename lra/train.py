@@ -39,8 +39,8 @@ import tqdm
 from jax.experimental import multihost_utils
 from ml_collections import config_dict
 
-from lion_jax.attention import resolve_residuals
-from lion_jax.blocks import takes_segments
+from lion_jax.ops.attention import resolve_residuals
+from lion_jax.nn.blocks import takes_segments
 from lion_jax.config import ModelConfig
 from lion_jax.options import ConfigError
 from lra import checkpoint, metrics, optim, preemption, resume, run_records, steps

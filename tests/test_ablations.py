@@ -230,7 +230,8 @@ def test_equal_parameter_presets_give_every_model_about_the_same_parameters(task
   task and mixer puts LION-S, S5 and the Transformer within 7% of one another (the comparison
   Table 7 is read as), and the ladder's rungs as well."""
   from flax import nnx  # pylint: disable=import-outside-toplevel
-  from lion_jax.models import LraClassifier, count_params  # pylint: disable=import-outside-toplevel
+  from lion_jax.nn.models import (  # pylint: disable=import-outside-toplevel
+      LraClassifier, count_params)
   from lra.tasks import get_task  # pylint: disable=import-outside-toplevel
   info = get_task(task).info
   configs = {v: _config(task, f"{v},{flag}") for v in variants}

@@ -187,7 +187,7 @@ def test_the_segments_bench_forces_a_segment_length_while_tracing_and_restores_t
   the kernel's rule on every backend (the CPU's and the accelerators' targets differ), and
   the rule must come back after each case."""
   import segments  # pylint: disable=import-outside-toplevel
-  from lion_jax import recomputed  # pylint: disable=import-outside-toplevel
+  from lion_jax.ops import recomputed  # pylint: disable=import-outside-toplevel
   for backend in ("cpu", "gpu"):
     monkeypatch.setattr(jax, "default_backend", lambda backend=backend: backend)
     rule = recomputed.segment_length(50, 2048, 32)
@@ -344,7 +344,8 @@ def test_the_profile_tells_the_chunk_kernels_backward_stages_apart():
   millisecond."""
   import re  # pylint: disable=import-outside-toplevel
   import segments  # pylint: disable=import-outside-toplevel
-  from lion_jax import chunkwise, lion_attention  # pylint: disable=import-outside-toplevel
+  from lion_jax import lion_attention  # pylint: disable=import-outside-toplevel
+  from lion_jax.ops import chunkwise  # pylint: disable=import-outside-toplevel
   rng = np.random.default_rng(0)
   q, k = (jnp.asarray(rng.normal(size=(1, 64, 2, 8)), jnp.float32) for _ in range(2))
   u = jnp.asarray(rng.normal(size=(1, 64, 2, 8)), jnp.float32)
@@ -371,7 +372,7 @@ def test_the_state_pass_bench_traces_each_two_way_form_and_restores_the_loop(mon
   default loop must come back afterwards, also after an error."""
   import forms  # pylint: disable=import-outside-toplevel
   import state_pass  # pylint: disable=import-outside-toplevel
-  from lion_jax import chunkwise  # pylint: disable=import-outside-toplevel
+  from lion_jax.ops import chunkwise  # pylint: disable=import-outside-toplevel
   loop = chunkwise.TWO_WAY_PASSES["scan"]
   assert state_pass.TWO_WAY_FORMS["loop"] is loop
   used = []
@@ -404,7 +405,8 @@ def test_the_gradient_barrier_bench_replaces_the_barrier_each_place_calls(capsys
   """`--where` swaps a module's `gradient_barrier` while a step is traced: each place must
   call the barrier through that module's name, or the 'without' case would run it anyway."""
   import gradient_barrier as bench  # pylint: disable=import-outside-toplevel
-  from lion_jax import barrier, mixer, models  # pylint: disable=import-outside-toplevel
+  from lion_jax.ops import barrier  # pylint: disable=import-outside-toplevel
+  from lion_jax.nn import mixer, models  # pylint: disable=import-outside-toplevel
   # The modules whose barriers tests/test_models.py shows in the compiled gradient.
   assert bench.PLACES == {"blocks": models, "projections": mixer}
   for place in bench.PLACES.values():

@@ -1,5 +1,6 @@
-"""The baseline mixers of the paper's Table 7: S5 (`lion_jax.s5`) and softmax attention
-(`lion_jax.softmax`), each against its definition in float64 NumPy, and inside `LraClassifier`."""
+"""The baseline mixers of the paper's Table 7: S5 (`lion_jax.nn.s5`) and softmax attention
+(`lion_jax.nn.softmax`), each against its definition in float64 NumPy, and inside
+`LraClassifier`."""
 
 import importlib
 import os
@@ -15,11 +16,11 @@ from flax import nnx
 from configs import common
 from configs import listops as listops_config
 from lion_jax import LraClassifier, ModelConfig
-from lion_jax.models import sinusoidal_positions
-from lion_jax.decay import hippo_n
-from lion_jax.s5 import S5Mixer, linear_recurrence
-from lion_jax import softmax
-from lion_jax.softmax import SoftmaxMixer
+from lion_jax.nn.models import sinusoidal_positions
+from lion_jax.ops.decay import hippo_n
+from lion_jax.nn.s5 import S5Mixer, linear_recurrence
+from lion_jax.nn import softmax
+from lion_jax.nn.softmax import SoftmaxMixer
 from lra import optim, train
 
 S5_TINY = dict(mixer="s5", d_model=4, ssm_size=8, ssm_blocks=2)
@@ -293,7 +294,7 @@ def test_softmax_attention_evaluates_row_by_row_on_one_cpu_device_only():
 _SHARDED_ATTENTION = """
 import jax, jax.numpy as jnp, numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
-from lion_jax import softmax
+from lion_jax.nn import softmax
 batch = NamedSharding(Mesh(np.array(jax.devices()), ("data",)), PartitionSpec("data"))
 def gathers(one_example_at_a_time):
   loss = lambda q: (softmax.softmax_attention(

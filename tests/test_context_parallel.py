@@ -73,7 +73,7 @@ SCRIPT = textwrap.dedent("""
     # Shards that keep only their inputs (residuals="recomputed"): the other shards' states
     # enter their segments' state pass; a fixed decay must not decay across the padding; each
     # shard summarises itself in pieces of 2 tokens.
-    from lion_jax import context_parallel, recomputed
+    from lion_jax.ops import context_parallel, recomputed
     recomputed.SEGMENT_MIN, recomputed.SEGMENT_MAX = 1, CHUNK
     context_parallel.SUMMARY_PIECE = 2
     mesh = Mesh(np.asarray(jax.devices()[:4]), ("seq",))

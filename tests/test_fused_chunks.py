@@ -1,4 +1,4 @@
-"""The specification of the fused per-chunk kernels (`lion_jax.fused_chunks`): under
+"""The specification of the fused per-chunk kernels (`lion_jax.ops.fused_chunks`): under
 `factored.fused_kernels()` the vector-decay `chunk_scan` keeps the float64 definition, values and
 gradients, on the factored chunks, the steep ones beside them and from initial states; and the
 kernels stay within what Pallas's Triton lowering takes, checked without a GPU."""
@@ -12,7 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from lion_jax import chunkwise, factored, fused_chunks, lion_attention
+from lion_jax import lion_attention
+from lion_jax.ops import chunkwise, factored, fused_chunks
 from tests.reference import reference_lion
 from tests.test_lion_attention import make_inputs
 

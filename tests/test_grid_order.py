@@ -13,8 +13,8 @@ import jax.test_util
 import numpy as np
 import pytest
 
-from lion_jax import grid_order
-from lion_jax.grid_order import grid_lion_attention
+from lion_jax.ops import grid_order
+from lion_jax.ops.grid_order import grid_lion_attention
 from tests.reference import (reference_grid_lion, reference_grid_mask, reference_lion,
                              reference_mask)
 

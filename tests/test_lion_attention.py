@@ -12,8 +12,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from lion_jax import chunkwise, factored, lion_attention, lion_mask, recurrent, toeplitz_mask
-from lion_jax.masks import backward_gate_flipped
+from lion_jax import lion_attention, lion_mask, toeplitz_mask
+from lion_jax.ops import chunkwise, factored, recurrent
+from lion_jax.ops.masks import backward_gate_flipped
 from tests.reference import expand_log_decay, reference_lion, reference_mask
 
 FORMS = ("attention", "rnn", "scan", "chunk", "chunk_scan")

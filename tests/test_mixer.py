@@ -10,7 +10,7 @@ import pytest
 from flax import nnx
 
 from lion_jax import LionMixer, ModelConfig, feature_map, preset
-from lion_jax import decay as decay_lib
+from lion_jax.ops import decay as decay_lib
 
 from lion_jax.options import CHOICES, ConfigError
 

@@ -11,9 +11,10 @@ import pytest
 from flax import nnx
 
 from bench.probes import arithmetic, param_counts
-from lion_jax import (LionEncoder, LionMixer, LraClassifier, barrier, count_params, masked_mean,
-                      models, preset)
-from lion_jax import mixer as mixer_module
+from lion_jax import LionEncoder, LionMixer, LraClassifier, count_params, masked_mean, preset
+from lion_jax.ops import barrier
+from lion_jax.nn import models
+from lion_jax.nn import mixer as mixer_module
 from lion_jax.config import ModelConfig
 
 FORMS = ("attention", "rnn", "scan", "chunk", "chunk_scan")

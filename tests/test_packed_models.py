@@ -1,7 +1,7 @@
 """The specification of packed batches in the models: `LraClassifier.packed` gives every example
 the logits it gets padded alone, and a packed step the loss and gradients of the padded step.
 
-Rows hold several examples end to end (`lion_jax.segments`); each example is compared with the
+Rows hold several examples end to end (`lion_jax.ops.segments`); each example is compared with the
 same example in a padded batch of one example per row, in training mode (BatchNorm batch
 statistics over real tokens) and in evaluation mode, for LION's three decay families, S5 and
 the Transformer (sinusoidal positions, LayerNorm), and Retrieval's paired documents.
@@ -14,7 +14,7 @@ import pytest
 from flax import nnx
 
 from lion_jax import LraClassifier, ModelConfig, preset
-from lion_jax.models import example_means
+from lion_jax.nn.models import example_means
 
 ROW = 24  # tokens a packed row holds; every example alone is padded to it too
 # (row, start, length) per example: an example of one token, two touching, padding between,

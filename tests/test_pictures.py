@@ -10,7 +10,7 @@ from flax import nnx
 
 from configs import listops
 from lion_jax import ModelConfig
-from lion_jax.s5 import S5Mixer
+from lion_jax.nn.s5 import S5Mixer
 from lra import pictures, resume
 from tests.reference import reference_lion
 

@@ -1,5 +1,5 @@
 """The specification of `residuals="recomputed"`: the `chunk_scan` form that keeps only its
-inputs for the backward pass (`lion_jax.recomputed`) computes what the definition says, with
+inputs for the backward pass (`lion_jax.ops.recomputed`) computes what the definition says, with
 its gradients, and trains what the stored kernel trains.
 
 Segments are made small here (two chunks of 16 tokens), so that every call crosses several
@@ -17,9 +17,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from lion_jax import ModelConfig, lion_attention, recomputed
-from lion_jax.grid_order import grid_lion_attention
-from lion_jax.attention import resolve_residuals
+from lion_jax import ModelConfig, lion_attention
+from lion_jax.ops import recomputed
+from lion_jax.ops.grid_order import grid_lion_attention
+from lion_jax.ops.attention import resolve_residuals
 from lion_jax.options import ConfigError
 from tests.reference import reference_lion
 from tests.test_lion_attention import (BRANCH_SPANS, CHUNK, DECAY_KINDS, OPTIONS, STEEP_TOKENS,

@@ -14,7 +14,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from lion_jax import lion_attention, segments
+from lion_jax import lion_attention
+from lion_jax.ops import segments
 from tests.reference import reference_lion
 
 CHUNK = 8

@@ -1,6 +1,6 @@
 """Packed rows for the baselines: `segment_ids` in S5, softmax attention and their blocks.
 
-A packed row holds several examples end to end (`lion_jax.segments`). The specification: every
+A packed row holds several examples end to end (`lion_jax.ops.segments`). The specification: every
 example's outputs, and the gradients of any loss on them, equal those of the example run alone
 (at the start of a row of the same length, padded with `mask`), whatever else shares its row.
 """
@@ -12,10 +12,10 @@ import pytest
 from flax import nnx
 
 from lion_jax import ModelConfig
-from lion_jax.blocks import S5Block, TransformerBlock
-from lion_jax.s5 import S5Mixer, linear_recurrence
-from lion_jax.segments import check_segment_ids, same_segment, segment_ends, segment_starts
-from lion_jax.softmax import SoftmaxMixer
+from lion_jax.nn.blocks import S5Block, TransformerBlock
+from lion_jax.nn.s5 import S5Mixer, linear_recurrence
+from lion_jax.ops.segments import check_segment_ids, same_segment, segment_ends, segment_starts
+from lion_jax.nn.softmax import SoftmaxMixer
 
 L, M = 16, 4
 S5_TINY = dict(mixer="s5", d_model=M, ssm_size=8, ssm_blocks=2)

@@ -10,7 +10,8 @@ import pytest
 from flax import nnx
 from jax.sharding import Mesh
 
-from lion_jax import LionMixer, chunkwise, lion_attention
+from lion_jax import LionMixer, lion_attention
+from lion_jax.ops import chunkwise
 from lion_jax.config import ModelConfig
 from tests.reference import reference_lion
 from tests.test_lion_attention import B, CHUNK, H, V, make_inputs

@@ -16,8 +16,8 @@ from flax import nnx
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from configs import listops as listops_config
-from lion_jax.blocks import MIXERS, takes_segments
-from lion_jax.models import masked_mean
+from lion_jax.nn.blocks import MIXERS, takes_segments
+from lion_jax.nn.models import masked_mean
 from lion_jax.options import CHOICES, ConfigError
 from configs import workdir as workdir_config
 from lra import checkpoint, metrics, resume, steps, train
@@ -192,7 +192,7 @@ def test_the_recomputing_kernel_trains_the_same_run(finished_run, data_dir, tmp_
   """`model.residuals="recomputed"` (here in segments of one chunk) changes what the backward
   pass keeps, not what it computes: the same run to float32 rounding."""
   config, full_dir, full = finished_run
-  from lion_jax import recomputed
+  from lion_jax.ops import recomputed
   monkeypatch.setattr(recomputed, "SEGMENT_MAX", 8)
   recomputing = tiny_config(data_dir, **{"model.residuals": "recomputed"})
   got = train.train_and_evaluate(recomputing, str(tmp_path), progress=False)

@@ -9,7 +9,7 @@ from flax import nnx
 
 from configs import listops
 from lion_jax.config import ModelConfig
-from lion_jax.models import LraClassifier
+from lion_jax.nn.models import LraClassifier
 from lra import optim
 
 

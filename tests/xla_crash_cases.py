@@ -24,7 +24,8 @@ import lion_jax  # noqa: F401  (first: lion-jax's XLA flags, unless the caller s
 import jax
 import jax.numpy as jnp
 
-from lion_jax import chunkwise, lion_attention
+from lion_jax import lion_attention
+from lion_jax.ops import chunkwise
 from tests.reference import reference_lion
 
 CHUNK, LENGTH, B, H, K, V = 16, 37, 2, 2, 3, 4

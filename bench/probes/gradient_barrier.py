@@ -7,7 +7,7 @@
   .venv/bin/python bench/probes/gradient_barrier.py --task text --variants s5 --batch 2 \
       --layouts padded
 
-`lion_jax.barrier.gradient_barrier` makes XLA:CPU build a gradient as one array instead of
+`lion_jax.ops.barrier.gradient_barrier` makes XLA:CPU build a gradient as one array instead of
 fusing it, recomputed, into every consumer (its docstring). `--where` picks which barriers are
 replaced: "blocks", the encoder's between blocks (the residual stream's gradient), or
 "projections", LION's mixer's on its q, k and v projections (LION variants only).
@@ -36,7 +36,8 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 import harness  # noqa: E402
 import packing as packing_bench  # noqa: E402
 import train_step  # noqa: E402
-from lion_jax import barrier, mixer, models  # noqa: E402
+from lion_jax.ops import barrier  # noqa: E402
+from lion_jax.nn import mixer, models  # noqa: E402
 from lra.tasks import TASKS  # noqa: E402
 
 BARRIERS = {"without": lambda x: x, "barrier": barrier.gradient_barrier}

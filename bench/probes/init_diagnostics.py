@@ -40,10 +40,10 @@ from flax import nnx
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 
-from lion_jax import decay as decay_lib  # noqa: E402
-from lion_jax.blocks import apply_norm, zero_padding  # noqa: E402
-from lion_jax.mixer import LionMixer  # noqa: E402
-from lion_jax.models import LraClassifier, token_mask  # noqa: E402
+from lion_jax.ops import decay as decay_lib  # noqa: E402
+from lion_jax.nn.blocks import apply_norm, zero_padding  # noqa: E402
+from lion_jax.nn.mixer import LionMixer  # noqa: E402
+from lion_jax.nn.models import LraClassifier, token_mask  # noqa: E402
 from lra.train import check_config, load_or_generate  # noqa: E402
 
 LOCAL_RADIUS = 8

@@ -25,7 +25,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 import harness  # noqa: E402
 import packing as packing_bench  # noqa: E402
 import train_step  # noqa: E402
-from lion_jax import chunkwise, recomputed  # noqa: E402
+from lion_jax.ops import chunkwise, recomputed  # noqa: E402
 
 
 def _separate_products(options, seg, whole, key_mask, s, states):

@@ -15,7 +15,7 @@ import dataclasses
 from flax import nnx
 
 from lion_jax.config import PRESETS, ModelConfig
-from lion_jax.models import LraClassifier, count_params
+from lion_jax.nn.models import LraClassifier, count_params
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """The Transformer baseline's training step with its attention over the whole batch against one row
-at a time (`lion_jax.softmax.softmax_attention(..., one_example_at_a_time=...)`).
+at a time (`lion_jax.nn.softmax.softmax_attention(..., one_example_at_a_time=...)`).
 
   .venv/bin/python bench/probes/softmax_rows.py        # the presets below, batch 32 (8 at L = 2048)
   .venv/bin/python bench/probes/softmax_rows.py --quick    # ListOps `runlocal` only
@@ -25,7 +25,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 import harness  # noqa: E402
 import train_step  # noqa: E402
-from lion_jax import softmax  # noqa: E402
+from lion_jax.nn import softmax  # noqa: E402
 
 # (label, task, preset, batch, overrides of config.model): the presets the sweeps train the
 # Transformer at, and the 6-block ListOps depth probe (docs/paper_notes.md section 17).

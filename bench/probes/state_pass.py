@@ -39,7 +39,7 @@ import forms  # noqa: E402
 import harness  # noqa: E402
 import packing as packing_bench  # noqa: E402
 import train_step  # noqa: E402
-from lion_jax import chunkwise  # noqa: E402
+from lion_jax.ops import chunkwise  # noqa: E402
 
 STATE_PASSES = ("scan", "associative")
 # The two ways `--two-way` runs the "scan" pass for the vector kernel.

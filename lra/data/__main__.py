@@ -11,7 +11,7 @@
 folder, to compare) into one PNG: one block of rows per resolution, each image framed in
 green (label 1, markers on the same curve) or red (label 0).
 
-`scan-orders` draws the token orders of `lion_jax.grid_order` on a small grid (LION♮, LION
+`scan-orders` draws the token orders of `lion_jax.ops.grid_order` on a small grid (LION♮, LION
 paper §C.11, Figure 9): raster, row snake and column snake, each cell numbered by its place
 in the order and shaded from dark (first) to light (last), the path drawn from the dot.
 """
@@ -108,7 +108,7 @@ def _grid(args: argparse.Namespace) -> None:
 def _scan_orders(args: argparse.Namespace) -> None:
   from PIL import ImageDraw
 
-  from lion_jax.grid_order import column_snake_order, raster_order, row_snake_order
+  from lion_jax.ops.grid_order import column_snake_order, raster_order, row_snake_order
 
   panels = (("raster", raster_order), ("row snake", row_snake_order),
             ("column snake", column_snake_order))

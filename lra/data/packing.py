@@ -2,7 +2,7 @@
 
 A padded batch spends every row on one example, so on ListOps (lengths 501-1999, median 953,
 rows of 2048) half of every step is padding. A packed step puts the same B examples into R
-rows of L' tokens, each example one run of one segment id (`lion_jax.segments`), and every
+rows of L' tokens, each example one run of one segment id (`lion_jax.ops.segments`), and every
 mixer keeps the examples apart, so each example gets the logits it gets padded alone
 (`LraClassifier.packed`).
 

@@ -24,7 +24,7 @@ on the right. The derivation and the two conventions' boundary gate f_{start_s} 
 §4.4. Every exponent is a sum of log-decays ≤ 0 accumulated outwards from the edge it is
 measured to, so the result is the unsharded one to float32 rounding.
 
-Shapes follow the legend in `lion_jax.masks`; additionally P = number of shards along the
+Shapes follow the legend in `lion_jax.ops.masks`; additionally P = number of shards along the
 mesh axis, S = tokens per shard.
 """
 
@@ -37,9 +37,9 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec
 
-from lion_jax import chunkwise
-from lion_jax import masks
-from lion_jax import recomputed
+from lion_jax.ops import chunkwise
+from lion_jax.ops import masks
+from lion_jax.ops import recomputed
 
 
 def check_sequence_axis(sequence_axis: str, form: str) -> int:
@@ -80,7 +80,7 @@ def context_parallel_chunk_scan(q, k, u, log_decay, *, convention: str, chunk_si
     k: [B, L, H, K] keys (zero where a key is masked out).
     u: [B, L, H, E] carried values.
     log_decay: [B, L, H, G] log λ, G = 1 or E.
-    convention: "symmetric" or "code" (`lion_jax.masks`).
+    convention: "symmetric" or "code" (`lion_jax.ops.masks`).
     chunk_size: C of each shard's chunk kernel.
     sequence_axis: the mesh axis the sequence is split over.
     state_pass: how each shard's chunk kernel passes states between its chunks
@@ -165,7 +165,7 @@ def context_parallel_recomputed(q, k, v, log_decay, key_mask, *, convention: str
                                 normalize: str, chunk_size: int, eps: float, sequence_axis: str,
                                 state_pass: str = "auto"):
   """Normalised LION attention with the sequence split over `sequence_axis`, each shard's
-  kernel keeping only its inputs for the backward pass (`lion_jax.recomputed`).
+  kernel keeping only its inputs for the backward pass (`lion_jax.ops.recomputed`).
 
   The shards exchange the same summaries as `shard_chunk_scan`, but what enters a shard from
   the others goes straight into its segments' state pass (`recomputed_chunk_scan`'s

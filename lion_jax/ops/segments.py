@@ -6,10 +6,10 @@
     row:          a a a a b b c c c 0 0 d d 0
     segment_ids:  1 1 1 1 2 2 3 3 3 0 0 4 4 0
 
-Nothing may flow between two examples. S5's scans restart at each run (`lion_jax.s5`: a zero
+Nothing may flow between two examples. S5's scans restart at each run (`lion_jax.nn.s5`: a zero
 multiplier at a run's first token forward, at its last token backward), softmax attention takes
 the block-diagonal mask `same_segment`, and LION's mask gives it by its gates: the mask entry of
-query i and key j multiplies the gates of the tokens between them (`lion_jax.masks`), and every
+query i and key j multiplies the gates of the tokens between them (`lion_jax.ops.masks`), and every
 pair from two different examples has the first token of the later example between them (in the
 "code" convention's lower triangle, the gate that token's query applies to its left context).
 `separate_examples` lowers that one gate by `barrier(dtype)`, so the mask across an example
@@ -19,7 +19,7 @@ every decay shape and both residual modes then give each example the outputs it 
 zero gate (−∞) would do the same in exact arithmetic, but the chunked forms take differences of
 cumulative sums, where −∞ − (−∞) is NaN.
 
-Shapes follow the legend in `lion_jax.masks`.
+Shapes follow the legend in `lion_jax.ops.masks`.
 """
 
 from __future__ import annotations

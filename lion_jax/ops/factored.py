@@ -32,10 +32,10 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from lion_jax import fused_chunks
+from lion_jax.ops import fused_chunks
 
 # Whether calls traced now run the per-chunk products as fused Pallas kernels
-# (`lion_jax.fused_chunks`) instead of XLA array ops; `fused_kernels` sets it.
+# (`lion_jax.ops.fused_chunks`) instead of XLA array ops; `fused_kernels` sets it.
 _FUSED = contextvars.ContextVar("fused_chunk_kernels", default=False)
 
 

@@ -26,9 +26,9 @@ import jax.numpy as jnp
 from flax import nnx
 
 from lion_jax.config import ModelConfig
-from lion_jax.mixer import LionMixer
-from lion_jax.s5 import S5Mixer
-from lion_jax.softmax import SoftmaxMixer
+from lion_jax.nn.mixer import LionMixer
+from lion_jax.nn.s5 import S5Mixer
+from lion_jax.nn.softmax import SoftmaxMixer
 
 # `ModelConfig.mixer` -> the sequence mixer module; each maps ([B, L, M], mask) -> [B, L, M].
 MIXERS = {"lion": LionMixer, "s5": S5Mixer, "softmax": SoftmaxMixer}
@@ -56,7 +56,7 @@ def apply_mixer(mixer, x, mask, *, form, chunk_size, segment_ids):
     x: [B, L, M] mixer input.
     mask: [B, L] bool token mask, or None.
     form, chunk_size: the mixer's evaluation form (None: the config's).
-    segment_ids: [B, L] integer ids of packed rows (`lion_jax.segments`), or None.
+    segment_ids: [B, L] integer ids of packed rows (`lion_jax.ops.segments`), or None.
 
   Returns:
     [B, L, M] mixer output.
@@ -121,7 +121,8 @@ class S5Block(nnx.Module):
       mask: [B, L] bool token mask (False at padding), or None; with packed rows pass
         `segment_ids > 0`, which also keeps padding out of BatchNorm statistics.
       form, chunk_size: passed to the mixer (None: the config's).
-      segment_ids: [B, L] integer ids of packed rows (`lion_jax.segments`), or None; passed to the
+      segment_ids: [B, L] integer ids of packed rows (`lion_jax.ops.segments`), or None; passed to
+        the
         mixer. Nothing else in the block reaches along the sequence; BatchNorm's training
         statistics mix the examples of a batch packed or not, and a dropout mask is shared by
         all the examples of a row (it is shared over time).

@@ -15,7 +15,7 @@ The S5 baseline of the LION paper's Table 7, set up as S5's LRA release configur
 Padding: the inputs at padded positions are zeroed before B̄, so the backward scan starts at the
 last real token with a zero state and a real example's outputs do not depend on the padding.
 
-Packed rows (`segment_ids`, `lion_jax.segments`): both scans restart at every run of one id. The
+Packed rows (`segment_ids`, `lion_jax.ops.segments`): both scans restart at every run of one id. The
 forward scan drops the carried state at a run's first token (x_t = B̄u_t there) and the backward
 scan at a run's last token, so no state crosses from one example, or padding run, to the next.
 
@@ -29,8 +29,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from lion_jax import segments
-from lion_jax.decay import hippo_n
+from lion_jax.ops import segments
+from lion_jax.ops.decay import hippo_n
 from lion_jax.config import ModelConfig
 
 
@@ -125,7 +125,7 @@ def bidirectional_ssm(u, lambda_bar, b_bar, c_tilde, d, *, mask=None, segment_id
     c_tilde: [M, 2N] complex read-out, forward states' columns first.
     d: [M] real feed-through.
     mask: optional [B, L] bool, False at padding: padded inputs enter no state.
-    segment_ids: optional [B, L] integer ids of a packed row (`lion_jax.segments`): both scans
+    segment_ids: optional [B, L] integer ids of a packed row (`lion_jax.ops.segments`): both scans
       restart at every run of one id, and id 0 is padding as where `mask` is False.
     conj_sym: the states stand for conjugate pairs: read out 2·Re.
     method: `linear_recurrence`'s method.
@@ -231,7 +231,7 @@ class S5Mixer(nnx.Module):
 
     `form` and `chunk_size` pick LION's evaluation form; S5 has one, so only None or the config's
     own `form` are accepted (the trainer passes the latter). `segment_ids` [B, L] integer packs
-    several examples in a row (`lion_jax.segments`): each example's outputs are its own alone.
+    several examples in a row (`lion_jax.ops.segments`): each example's outputs are its own alone.
     """
     self.config.check_single_form(form, chunk_size)
     if segment_ids is not None:

@@ -6,7 +6,7 @@ working set for every row at once. This one cuts the sequence into P segments of
 multiple of the chunk length C) and runs the stored kernel on one segment at a time, in the
 forward pass and again, under `jax.vjp`, in the backward pass. Between segments only two K×E
 states per head pass, exactly as between the shards of context parallelism
-(`lion_jax.context_parallel`, docs/math.md §4.4):
+(`lion_jax.ops.context_parallel`, docs/math.md §4.4):
 
   forward   S→_m = Σ_{j ∈ m} exp(Σ_{t=j+1}^{end_m} f_t) k_j u_jᵀ
   backward  S←_m = Σ_{j ∈ m} exp(Σ_{t=start_m}^{j} a_t) k_j u_jᵀ
@@ -23,7 +23,7 @@ caller passed them (a fixed decay stays [H] or [H, V]) and 4·P states per head;
 block, a per-chunk state or the normaliser. Its working set is one segment's. The price is one
 more forward pass of the kernel, segment by segment (docs/benchmarks.md §10).
 
-Shapes follow the legend in `lion_jax.masks`; additionally P = segments, S = segment length.
+Shapes follow the legend in `lion_jax.ops.masks`; additionally P = segments, S = segment length.
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from lion_jax import chunkwise
-from lion_jax import masks
+from lion_jax.ops import chunkwise
+from lion_jax.ops import masks
 
 # A segment holds about this many tokens over the batch, with between SEGMENT_MIN and SEGMENT_MAX
 # per row. Fewer tokens plan less working set, but the states passed between segments grow as

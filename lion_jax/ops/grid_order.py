@@ -28,7 +28,7 @@ values with one channel of ones per decay channel appended. With normalize="befo
 "none" the normaliser Σ_j q_i·k_j does not depend on the mask, so averaging the masks and
 averaging the outputs are the same and both orders take the output path.
 
-Shapes follow the legend in `lion_jax.masks`; S = number of scans of an order (1 or 2).
+Shapes follow the legend in `lion_jax.ops.masks`; S = number of scans of an order (1 or 2).
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ from typing import NamedTuple
 import jax.numpy as jnp
 import numpy as np
 
-from lion_jax.attention import Normalize, lion_attention
-from lion_jax.masks import per_token_log_decay
+from lion_jax.ops.attention import Normalize, lion_attention
+from lion_jax.ops.masks import per_token_log_decay
 from lion_jax.options import check_choice, str_enum
 
 

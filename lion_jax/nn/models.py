@@ -11,7 +11,7 @@ The sequence mixer inside every block is `config.mixer`: "lion" (default), "s5" 
     logits = model.packed(tokens, segment_ids, positions, example_rows, example_ids)  # [N, 10]
 
 Packed rows (`LraClassifier.packed`): several examples end to end in each row, told apart by
-`segment_ids` (`lion_jax.segments`). Every mixer keeps the examples apart, positions count
+`segment_ids` (`lion_jax.ops.segments`). Every mixer keeps the examples apart, positions count
 from each example's start, BatchNorm sees the same real tokens as in a padded batch, and each
 example is pooled over its own tokens, so an example gets the logits it gets padded alone (to
 float32 rounding; dropout masks, shared over time, are shared by the examples of a row).
@@ -43,9 +43,9 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from lion_jax import segments
-from lion_jax.barrier import gradient_barrier
-from lion_jax.blocks import make_block, zero_padding
+from lion_jax.ops import segments
+from lion_jax.ops.barrier import gradient_barrier
+from lion_jax.nn.blocks import make_block, zero_padding
 from lion_jax.config import ModelConfig
 
 
@@ -127,7 +127,7 @@ class LionEncoder(nnx.Module):
       inputs: [B, L] token ids or pixel values.
       mask: [B, L] bool, False at padding.
       form, chunk_size: mixer evaluation form (None: the config's).
-      segment_ids: [B, L] integers of packed rows (`lion_jax.segments`), or None.
+      segment_ids: [B, L] integers of packed rows (`lion_jax.ops.segments`), or None.
       positions: [B, L] each token's place in its example (packed rows), or None.
 
     Returns:

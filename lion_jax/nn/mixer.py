@@ -1,14 +1,15 @@
 """`LionMixer`: the LION sequence mixer (the attention block replacement) in Flax NNX.
 
     q = φ(x W_q),  k = φ(x W_k),  v = x W_v      per head          (paper App. D.2)
-    λ per head or per value channel, fixed or per token            (`lion_jax.decay`)
+    λ per head or per value channel, fixed or per token            (`lion_jax.ops.decay`)
     y = lion_attention(q, k, v, log λ) W_o                          (paper eq. 16, App. C.7)
     (directional_readout: y = W_F y^F + W_B y^B, the output's left and right halves)
     (scan_order="snake"/"snake_outputs": `grid_lion_attention` with one log λ per snake, LION♮)
 
-The module owns parameters and wiring only; the maths is in `lion_jax.attention` (the five forms)
-and `lion_jax.decay` (decay parameterisations). The same parameters run in every form: pass
-`form=` (and `chunk_size=`) to `__call__` to switch at inference without touching weights.
+The module owns parameters and wiring only; the maths is in `lion_jax.ops.attention` (the five
+forms) and `lion_jax.ops.decay` (decay parameterisations). The same parameters run in every
+form: pass `form=` (and `chunk_size=`) to `__call__` to switch at inference without touching
+weights.
 
 Parameter names (for optimiser partitions; every decay parameter has "decay" in its path):
   q_proj/kernel, k_proj/kernel, v_proj/kernel     [M, H·K], [M, H·K], [M, H·V] (no biases)
@@ -32,12 +33,12 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from lion_jax import decay as decay_lib
-from lion_jax.attention import lion_attention, resolve_residuals
-from lion_jax.barrier import gradient_barrier
+from lion_jax.ops import decay as decay_lib
+from lion_jax.ops.attention import lion_attention, resolve_residuals
+from lion_jax.ops.barrier import gradient_barrier
 from lion_jax.config import ModelConfig
 from lion_jax.options import describe
-from lion_jax.grid_order import grid_lion_attention, num_scans
+from lion_jax.ops.grid_order import grid_lion_attention, num_scans
 
 
 def feature_map(x, name: str):
@@ -96,7 +97,7 @@ class LionMixer(nnx.Module):
     log_lambda, gain = decay_lib.init_log_decay(rngs.params(), h, self.groups, init,
                                                 config.dt_min, config.dt_max)  # [H, G] each
     self.decay_base, self.decay_gate = _decay_parameters(config, self.groups, log_lambda, rngs)
-    # LION♮ (`lion_jax.grid_order`): the column snake gets its own decays, drawn the same way.
+    # LION♮ (`lion_jax.ops.grid_order`): the column snake gets its own decays, drawn the same way.
     column = None, None
     if num_scans(config.scan_order) == 2:
       column_log_lambda, _ = decay_lib.init_log_decay(rngs.params(), h, self.groups, init,
@@ -176,7 +177,7 @@ class LionMixer(nnx.Module):
       mask: optional [B, L] bool, False at padding: padded keys enter no sum.
       form: evaluation form of `lion_attention`; None uses `config.form`.
       chunk_size: chunk length for "chunk"/"chunk_scan"; None uses `config.chunk_size`.
-      segment_ids: optional [B, L] integers of packed rows (`lion_jax.segments`): each
+      segment_ids: optional [B, L] integers of packed rows (`lion_jax.ops.segments`): each
         example sees only its own keys. Not with LION♮'s snake orders.
 
     Returns:

@@ -19,18 +19,19 @@ With one decay per carried channel (vector decays) the same-chunk mask differs p
 When a chunk's log-decays span at most 2W (`factored_exponent_limit`: 120 in float32), each
 triangle factors through a per-chunk middle R, e^{F_r − R} · e^{R − F_c} = e^{F_r − F_c}, and
 the block is two matmuls with O(C·E) scaling, whose scaled values also make the chunk states
-(`lion_jax.factored`, which has its own backward pass and passes the states of both directions
+(`lion_jax.ops.factored`, which has its own backward pass and passes the states of both directions
 in one loop that reads and writes them where they lie, `TWO_WAY_PASSES`). Chunks that span more
 (steep chunks, which trained selective gates make) are recomputed exactly on the side, up to
 `steep_chunk_capacity` of them; a call with more takes exact [S, S, E] masks in sub-chunks of
 S = 8, one chunk at a time. A token's log-gate below −W/2 is raised to −W/2 first: the mask
 across it is below e^{−W/2} (1e-13 in float32) either way (docs/math.md §4.3).
 
-Unlike running a causal kernel on the sequence and on its flip (`lion_jax.recurrent`), this
+Unlike running a causal kernel on the sequence and on its flip (`lion_jax.ops.recurrent`), this
 computes each C×C score block once and never flips the sequence, and it works heads-first
 ([B, H, N, C, X]) so that every contraction is a batched matmul.
 
-Shapes follow the legend in `lion_jax.masks`; additionally N = number of chunks, C = chunk length.
+Shapes follow the legend in `lion_jax.ops.masks`; additionally N = number of chunks, C = chunk
+length.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ import math
 import jax
 import jax.numpy as jnp
 
-from lion_jax import factored
+from lion_jax.ops import factored
 from lion_jax.options import check_choice
 
 # The exact vector-decay masks split a chunk into sub-chunks of this size: only the diagonal

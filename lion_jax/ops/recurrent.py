@@ -16,8 +16,8 @@ Three interchangeable algorithms (same maths, different cost), see `CAUSAL_KERNE
               entering each chunk, passed by a `lax.scan` over chunks. It serves the two
               directions apart (`bidirectional_halves`, LION with directional read-outs); the
               bidirectional form that sums them works on both directions at once and lives in
-              `lion_jax.chunkwise`.
-Shapes follow the legend in `lion_jax.masks`.
+              `lion_jax.ops.chunkwise`.
+Shapes follow the legend in `lion_jax.ops.masks`.
 """
 
 from __future__ import annotations

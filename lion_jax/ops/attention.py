@@ -14,7 +14,7 @@ Forms (all exact, all differentiable, all accepting every decay shape and option
               computation and the full form has no scan), otherwise "chunk_scan".
 
 `sequence_axis=` splits the sequence over a mesh axis (context parallelism,
-`lion_jax.context_parallel`): only "chunk_scan" (and "auto", which then means it) can run so.
+`lion_jax.ops.context_parallel`): only "chunk_scan" (and "auto", which then means it) can run so.
 
 `split_directions=True` returns the output's left and right halves apart (`lion_attention`):
 what LION with directional read-outs (`ModelConfig.directional_readout`) projects through two
@@ -22,39 +22,14 @@ W_o. Every form computes them; "chunk_scan" then runs `recurrent.causal_chunk_sc
 sequence and on its flip, which stores its residuals (on a CPU in chunks of at most
 `recurrent.CAUSAL_CHUNK_CPU` tokens).
 
-`segment_ids=` packs several examples into one row (`lion_jax.segments`): a query sees only the
+`segment_ids=` packs several examples into one row (`lion_jax.ops.segments`): a query sees only the
 keys of its own example, in every form, because the gate at each example's first token is
 lowered by `segments.barrier` (the mask across it is below the dtype's rounding squared).
 
-Which function runs, and the measurement that chose it (docs/benchmarks.md §N):
+Which function runs for each call, and the measurement that chose it: the table in the package
+docstring of `lion_jax.ops`, and docs/math.md §3.
 
-  attention, or auto with L ≤ C   `_attention`, the whole [B, H, G, L, L] mask (one chunk: the
-                                  same work as chunk_scan, without its scan)
-  rnn / scan                      `recurrent.bidirectional` over `causal_rnn` (O(L) memory) /
-                                  `causal_associative_scan` (log depth, a GPU tool)
-  chunk                           `_chunked_queries`, the paper's LION-Chunk (C.10)
-  chunk_scan, stored residuals:
-    one decay per head            `chunkwise._chunk_kernel` with an exact C×C mask a chunk
-    vector decays                 `factored.factored_chunks` (its blocks are matmuls; its own
-                                  backward pass, since autodiff's scatters cost 12-15%, §1),
-                                  steep chunks exact on the side; beyond
-                                  `chunkwise.steep_chunk_capacity` the exact masks
-    in `factored.fused_kernels()` `fused_chunks` Pallas kernels: level time, 29% less memory
-                                  on an H100 (§11); opt-in
-  chunk_scan, recomputed          `recomputed.recomputed_chunk_scan` (auto beyond
-                                  `recomputed.SEGMENT_MAX` tokens: 2.9-3.3x less memory for
-                                  0.87-1.0x the time on a CPU, §10)
-  chunk_scan, sequence_axis       `context_parallel`, stored or recomputed (§8)
-  chunk_scan's state pass         `lax.scan` on a CPU (the associative pass 5-14% slower, §9),
-                                  log-depth associative elsewhere (1.36-1.40x on an H200, §11)
-  segment_ids                     `segments.separate_examples` lowers each example's first
-                                  gate, then any of the above (§12)
-  split_directions                `_attention` / `_chunked_queries` with side weights, or
-                                  `recurrent.bidirectional_halves` over rnn, scan or
-                                  `causal_chunk_scan` (chunk_scan; C ≤ 8 on a CPU,
-                                  `recurrent.CAUSAL_CHUNK_CPU`)
-
-Shapes follow the legend in `lion_jax.masks`.
+Shapes follow the legend in `lion_jax.ops.masks`.
 """
 
 from __future__ import annotations
@@ -65,12 +40,12 @@ import numbers
 import jax
 import jax.numpy as jnp
 
-from lion_jax import chunkwise
-from lion_jax import context_parallel
-from lion_jax import masks
-from lion_jax import recomputed
-from lion_jax import recurrent
-from lion_jax import segments
+from lion_jax.ops import chunkwise
+from lion_jax.ops import context_parallel
+from lion_jax.ops import masks
+from lion_jax.ops import recomputed
+from lion_jax.ops import recurrent
+from lion_jax.ops import segments
 from lion_jax.options import check_choice, str_enum
 
 LionForm = str_enum("LionForm", "form", __name__,
@@ -126,7 +101,7 @@ def lion_attention(q, k, v, log_decay=None, *, form: str | LionForm = "auto",
       [B, L, H] (LION-S) or [B, L, H, V] (selective vector decays, one mask and one normaliser
       per value channel).
     form: "auto", "attention", "rnn", "scan", "chunk" or "chunk_scan" (module docstring).
-    convention: "symmetric" (paper eq. 17) or "code" (official release); `lion_jax.masks`.
+    convention: "symmetric" (paper eq. 17) or "code" (official release); `lion_jax.ops.masks`.
     normalize: "after" (LION), "before" (Scale(QKᵀ) ⊙ M) or "none" ((QKᵀ ⊙ M) V).
     key_mask: [B, L] bool; keys where it is False take no part in any sum (padding).
     chunk_size: C for "chunk" and "chunk_scan" (any L works; the last chunk is padded).
@@ -139,10 +114,10 @@ def lion_attention(q, k, v, log_decay=None, *, form: str | LionForm = "auto",
       same. Also each shard's kernel under `sequence_axis`. Other forms ignore it.
     residuals: what "chunk_scan" keeps for the backward pass: "stored" (chunk blocks, states
       and normalisers: the fastest), "recomputed" (only the inputs; the kernel runs segment by
-      segment and again in the backward pass, `lion_jax.recomputed`) or "auto"
+      segment and again in the backward pass, `lion_jax.ops.recomputed`) or "auto"
       (`resolve_residuals`). The values are the same. Other forms ignore it.
     segment_ids: [B, L] integers: several examples packed end to end in a row, each one
-      contiguous run of one positive id, 0 at padding (`lion_jax.segments`). A query then sees
+      contiguous run of one positive id, 0 at padding (`lion_jax.ops.segments`). A query then sees
       only the keys of its own example, and every example's outputs equal those of the example
       alone, to the dtype's rounding. Padding tokens are masked as keys (as by key_mask, which
       may also be given); their own outputs are meaningless. Not with convention="code" under

@@ -14,7 +14,7 @@ reference implementation), what a Flax user gets by default: with the batch spli
 devices (data parallel) a loop over its rows would make the partitioner gather the whole batch
 onto every device, and on GPU or TPU (not measured) it would serialise the work.
 
-Packed rows (`segment_ids`, `lion_jax.segments`) make the mask block-diagonal: a query sees the
+Packed rows (`segment_ids`, `lion_jax.ops.segments`) make the mask block-diagonal: a query sees the
 keys of its own example only.
 
 Shapes: B batch, L length, M = d_model, A = attention_dim (default M), H heads, D = A / H.
@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from lion_jax import segments
+from lion_jax.ops import segments
 from lion_jax.config import ModelConfig
 
 
@@ -117,7 +117,7 @@ class SoftmaxMixer(nnx.Module):
 
     `form` and `chunk_size` pick LION's evaluation form; softmax attention has one, so only None
     or the config's own values are accepted (the trainer passes those). `segment_ids` [B, L]
-    integer packs several examples in a row (`lion_jax.segments`): attention within each only.
+    integer packs several examples in a row (`lion_jax.ops.segments`): attention within each only.
     """
     self.config.check_single_form(form, chunk_size)
     batch, length, _ = x.shape

@@ -1,6 +1,6 @@
 """The factored chunk kernel's per-chunk work as fused Pallas kernels, one chunk per program.
 
-`lion_jax.factored` writes each step of a chunk (its factors, the [C, C] scores, the two masked
+`lion_jax.ops.factored` writes each step of a chunk (its factors, the [C, C] scores, the two masked
 products, the reads of the entering states, the states it leaves) as separate array ops, and
 XLA runs them as many small fusions, each reading and writing a [B, H, N, C, ·] tensor in device
 memory: on an H100 three quarters of LION-S's ListOps step are such passes, not matmuls
@@ -14,7 +14,7 @@ next stage reads:
   `chunk_grads`      everything above and the state pass's gradients -> d q, d k, d u, d F, d A
 
 The state pass between chunks, the steep chunks and the exact fallback stay in XLA
-(`lion_jax.factored`, `lion_jax.chunkwise`): these kernels compute the same values as the
+(`lion_jax.ops.factored`, `lion_jax.ops.chunkwise`): these kernels compute the same values as the
 factored kernel's products, formula for formula, so they inherit its exactness and its
 treatment of steep chunks (finite here, overwritten there).
 
