@@ -35,6 +35,7 @@ from flax import nnx
 from lion_jax.nn.blocks import apply_norm, zero_padding
 from lion_jax.nn.mixer import LionMixer, feature_map
 from lion_jax.nn.s5 import S5Mixer
+from lra.metrics import save_figure
 
 
 # --- the maths, per layer, in float64 ----------------------------------------------------------
@@ -257,7 +258,7 @@ def draw(description: dict, out: Path) -> list[Path]:
   fig.suptitle(f"timescales: {title}", fontsize=8)
   fig.tight_layout()
   paths = [out / "timescales.png"]
-  fig.savefig(paths[0], dpi=110)
+  save_figure(fig, paths[0], dpi=110)
   plt.close(fig)
 
   fig, axes = plt.subplots(1, len(layers), figsize=(3 * len(layers), 3), squeeze=False)
@@ -274,7 +275,7 @@ def draw(description: dict, out: Path) -> list[Path]:
   fig.suptitle(f"mixing, {kind}, output i down, input j across: {title}", fontsize=8)
   fig.tight_layout()
   paths.append(out / "mixing.png")
-  fig.savefig(paths[1], dpi=110)
+  save_figure(fig, paths[1], dpi=110)
   plt.close(fig)
 
   summary = {k: v for k, v in description.items() if k != "layers"}

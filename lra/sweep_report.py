@@ -21,7 +21,7 @@ import statistics
 from pathlib import Path
 
 from configs import ablations
-from lra.metrics import read_timing
+from lra.metrics import read_timing, save_figure
 from lra import sweep_records
 from lra.run_records import (RESULTS_FILE, Run, diverged, outcome_dir, read_failure,
                              read_killed, read_preempted, status)
@@ -281,7 +281,7 @@ def plot(records: list[dict], tasks: list[str], variants: list[str], path: Path)
       handles.setdefault(label, handle)
   fig.legend(handles.values(), handles.keys(), loc="upper center", ncol=3, fontsize=8)
   fig.tight_layout(rect=(0, 0, 1, 0.93))  # room for the legend above the panel titles
-  fig.savefig(path, dpi=120)
+  save_figure(fig, path, dpi=120)
   plt.close(fig)
 
 
@@ -393,7 +393,7 @@ def plot_curves(records: list[dict], tasks: list[str], variants: list[str], path
     # Outside the axes, right of the row: a legend inside would cover the curves' ends.
     ax_step.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
   fig.tight_layout()
-  fig.savefig(path, dpi=120, bbox_inches="tight")
+  save_figure(fig, path, dpi=120, bbox_inches="tight")
   plt.close(fig)
 
 
