@@ -35,9 +35,9 @@ test-all: $(STAMP)
 # A couple of minutes, for a second Python/JAX: imports every module, trains, checkpoints and
 # resumes a runlocal ListOps run, checks every form and its gradients against the float64
 # definition, and the version-dependent XLA flag.
-SMOKE_TESTS := tests/test_imports.py tests/test_train.py tests/test_segments.py \
-  tests/test_lion_attention.py::test_every_form_equals_float64_definition \
-  tests/test_lion_attention.py::test_gradients_agree_between_forms_and_with_finite_differences \
+SMOKE_TESTS := tests/test_imports.py tests/test_train.py tests/ops/test_segments.py \
+  tests/ops/test_lion_attention.py::test_every_form_equals_float64_definition \
+  tests/ops/test_lion_attention.py::test_gradients_agree_between_forms_and_with_finite_differences \
   tests/test_xla_cpu_crashes.py::test_lion_jax_import_switches_ynn_fusions_off_on_jaxlib_0_10_unless_the_user_chose
 
 test-smoke: $(STAMP)

@@ -189,7 +189,7 @@ def _one_step(task, variant, tmp_path):
 # Fast: a train step for the selective and the fixed decay families, the scalar decay shape and
 # the scale-before-mask normalisation, on four tasks; every variant on every task in make
 # test-all (each variant's fields are checked above, fast; the feature maps and selective gates
-# each variant switches are checked against their formulas in tests/test_mixer.py).
+# each variant switches are checked against their formulas in tests/nn/test_mixer.py).
 FAST = [("listops", "lion_s"), ("text", "lion_d"), ("pathfinder", "abl3_scalar_decay"),
         ("retrieval", "abl5_scale_before_mask"), ("listops", "lion_s_ssm_sum"),
         ("listops", "s5_real")]

@@ -407,7 +407,7 @@ def test_the_gradient_barrier_bench_replaces_the_barrier_each_place_calls(capsys
   import gradient_barrier as bench  # pylint: disable=import-outside-toplevel
   from lion_jax.ops import barrier  # pylint: disable=import-outside-toplevel
   from lion_jax.nn import mixer, models  # pylint: disable=import-outside-toplevel
-  # The modules whose barriers tests/test_models.py shows in the compiled gradient.
+  # The modules whose barriers tests/nn/test_models.py shows in the compiled gradient.
   assert bench.PLACES == {"blocks": models, "projections": mixer}
   for place in bench.PLACES.values():
     assert place.gradient_barrier is barrier.gradient_barrier

@@ -54,7 +54,7 @@ def params(state):
 
 
 # LION-D differs from LION-S only in its decay parameters; LION in the Transformer block only in
-# the block around the mixer, whose parameters tests/test_models.py checks for gradients.
+# the block around the mixer, whose parameters tests/nn/test_models.py checks for gradients.
 @pytest.mark.parametrize("name", [
     name if name not in ("lion_d", "transformer") else pytest.param(name, marks=pytest.mark.slow)
     for name in MODELS])

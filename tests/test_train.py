@@ -186,7 +186,7 @@ def test_resume_after_interruption_matches_an_uninterrupted_run(finished_run, da
   assert again["test_accuracy"] == full["test_accuracy"] and again["compiles"]["train_step"] == 0
 
 
-@pytest.mark.slow  # the kernel's own tests run in make test (tests/test_recomputed.py)
+@pytest.mark.slow  # the kernel's own tests run in make test (tests/ops/test_recomputed.py)
 def test_the_recomputing_kernel_trains_the_same_run(finished_run, data_dir, tmp_path,
                                                     monkeypatch):
   """`model.residuals="recomputed"` (here in segments of one chunk) changes what the backward

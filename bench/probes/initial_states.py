@@ -5,7 +5,7 @@ one training step compiled each way and timed interleaved in one process.
     python bench/probes/initial_states.py [--batch 8] [--layouts packed,padded] [--repeats 5]
 
 The earlier form is rebuilt here by patching `recomputed._segment_output` while a step is
-traced; both give the same values (tests/test_state_pass.py, tests/test_recomputed.py).
+traced; both give the same values (tests/ops/test_state_pass.py, tests/ops/test_recomputed.py).
 Writes initial_states.json to bench/results/ (`--publish`: docs/bench/).
 """
 

@@ -8,7 +8,7 @@ at a time (`lion_jax.nn.softmax.softmax_attention(..., one_example_at_a_time=...
 Both cases are the real step (`bench/train_step.step_case`, AdamW, state donated) on the same
 synthetic batch, compiled one after the other and timed interleaved in one process; the ratio
 is batched / one row at a time, > 1 when the loop is faster. Memory is XLA's temp + output plan.
-The outputs agree to float32 rounding (tests/test_baselines.py tests both against the float64
+The outputs agree to float32 rounding (tests/nn/test_baselines.py tests both against the float64
 definition), so only speed and memory are at stake.
 """
 

@@ -23,7 +23,7 @@ from lion_jax.ops.grid_order import grid_lion_attention
 from lion_jax.ops.attention import resolve_residuals
 from lion_jax.options import ConfigError
 from tests.reference import reference_lion
-from tests.test_lion_attention import (BRANCH_SPANS, CHUNK, DECAY_KINDS, OPTIONS, STEEP_TOKENS,
+from tests.ops.test_lion_attention import (BRANCH_SPANS, CHUNK, DECAY_KINDS, OPTIONS, STEEP_TOKENS,
                                        _inputs_with_steep_tokens, _vector_inputs_spanning,
                                        make_inputs)
 

@@ -19,7 +19,7 @@ from jax.sharding import Mesh
 
 from lion_jax import grid_lion_attention, lion_attention
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 SCRIPT = textwrap.dedent("""
     import functools, os
@@ -27,7 +27,7 @@ SCRIPT = textwrap.dedent("""
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
     from lion_jax import lion_attention
     from tests.reference import reference_lion
-    from tests.test_lion_attention import DECAY_KINDS, OPTIONS, make_inputs
+    from tests.ops.test_lion_attention import DECAY_KINDS, OPTIONS, make_inputs
 
     assert jax.device_count() == 8, jax.devices()
     jax.config.update("jax_disable_most_optimizations", True)  # as in conftest: fast compiles

@@ -63,7 +63,7 @@ def packed_batch(layout, seed=1):
 
 
 # make test: LION-S (the mixers of S5 and the Transformer are checked alone in
-# tests/test_segments_baselines.py); every model in make test-all.
+# tests/nn/test_segments_baselines.py); every model in make test-all.
 @pytest.mark.parametrize("name", [
     n if n == "lion_s" else pytest.param(n, marks=pytest.mark.slow) for n in MODELS])
 def test_packed_examples_get_their_padded_logits_and_gradients(name):

@@ -14,7 +14,7 @@ from lion_jax import LionMixer, lion_attention
 from lion_jax.ops import chunkwise
 from lion_jax.config import ModelConfig
 from tests.reference import reference_lion
-from tests.test_lion_attention import B, CHUNK, H, V, make_inputs
+from tests.ops.test_lion_attention import B, CHUNK, H, V, make_inputs
 
 STATE_PASSES = ("scan", "associative")
 

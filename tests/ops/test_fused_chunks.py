@@ -15,7 +15,7 @@ import pytest
 from lion_jax import lion_attention
 from lion_jax.ops import chunkwise, factored, fused_chunks
 from tests.reference import reference_lion
-from tests.test_lion_attention import make_inputs
+from tests.ops.test_lion_attention import make_inputs
 
 
 def _pallas_calls(fn, *args):
@@ -158,7 +158,7 @@ def test_the_fused_bench_checks_and_times_both_kernels(tmp_path):
   """bench/fused_chunks.py at tiny sizes (Pallas's interpreter on a CPU): both kernels checked
   against float64 and against each other, and timed; malformed flags are named."""
   import json, sys  # pylint: disable=import-outside-toplevel,multiple-imports
-  sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "bench"))
+  sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "bench"))
   import fused_chunks as bench  # pylint: disable=import-outside-toplevel
   bench.main(["--shapes", "1,64,2,16,32,16", "--check-shape", "1,32,2,16,32,16", "--repeats",
               "1", "--per-kernel", "16/4", "--out", str(tmp_path), "--name", "tiny"])

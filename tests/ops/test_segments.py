@@ -132,7 +132,7 @@ def gradient_case():
   """Inputs, loss weights and each example's float64 gradients alone, summed into the row.
 
   Each example alone runs the full form (itself checked against the definition's finite
-  differences in tests/test_lion_attention.py).
+  differences in tests/ops/test_lion_attention.py).
   """
   q, k, v, log_decay = make_inputs("selective_vector")
   weights = np.random.default_rng(1).normal(size=(B, L, H, V))
