@@ -159,8 +159,8 @@ DEFAULT_MESH = (-1, 1)
 # The switches that may follow the variant (`configs/<task>.py:<variant>,<switch>`), with what
 # each does; a task config may accept more (`extra_args`: ListOps' `demo`).
 PRESET_FLAGS: dict[str, str] = {
-    "runlocal": "a tiny model, 30 steps on 64 examples (Path-X: 10 on 16): any task in about a "
-                "minute (smoke run)",
+    "runlocal": "a tiny model, 30 steps on 64 examples: any task in about a minute (smoke run); "
+                "Path-X 10 steps on 16",
     "cpu": "a small model and a few hundred steps that fit a 2-core CPU (configs/ablations.py)",
     "cpu_long": "ListOps only: 250-500-token expressions at L = 512, the paper's HiPPO range",
     "cpu_order": "every model at equal parameters where Table 7's ordering can show: ListOps at "
