@@ -126,8 +126,8 @@ def lion_attention(q, k, v, log_decay=None, *, form: str | LionForm = "auto",
       y^F_i = (Σ_{j<i} w_ij v_j + ½ w_ii v_i) / Z_i and
       y^B_i = (Σ_{j>i} w_ij v_j + ½ w_ii v_i) / Z_i,
       w_ij = (q_i·k_j) M_ij and Z_i the row's usual normaliser, so each key on the left of the
-      query counts in y^F and each on its right in y^B. Not with sequence_axis; chunk_scan then
-      ignores residuals and state_pass (module docstring).
+      query counts in y^F and each on its right in y^B. Not with sequence_axis or
+      residuals="recomputed"; chunk_scan then stores its residuals and ignores state_pass.
 
   Returns:
     [B, L, H, V] outputs in the dtype of `v` (a pair of them with split_directions). Decays,
@@ -155,6 +155,9 @@ def lion_attention(q, k, v, log_decay=None, *, form: str | LionForm = "auto",
   if split_directions and sequence_axis is not None:
     raise ValueError(f"split_directions=True cannot run with sequence_axis={sequence_axis!r}: "
                      "the context-parallel kernel sums both directions; use sequence_axis=None.")
+  if split_directions and residuals == "recomputed":
+    raise ValueError("split_directions=True cannot run with residuals='recomputed': its causal "
+                     "chunk kernel stores its residuals; use residuals='auto' or 'stored'.")
   if sequence_axis is not None and LionForm(check_choice("form", form)) is LionForm.AUTO:
     form = LionForm.CHUNK_SCAN  # at any L: the full form cannot be split over devices
   form = resolve_form(form, length, chunk_size)

@@ -734,6 +734,8 @@ def test_split_directions_refuse_a_sequence_axis():
   q, k, v, _, _ = (np.float32(x) for x in make_inputs(7, "lit"))
   with pytest.raises(ValueError, match="split_directions=True cannot run with sequence_axis"):
     lion_attention(q, k, v, sequence_axis="data", split_directions=True)
+  with pytest.raises(ValueError, match="residuals='recomputed'.*use residuals='auto' or 'stored'"):
+    lion_attention(q, k, v, residuals="recomputed", split_directions=True)
 
 
 def test_causal_chunk_kernel_at_an_accelerators_chunk_length_gives_the_float64_halves():
