@@ -112,6 +112,25 @@ ABLATION_VARIANTS: dict[str, dict[str, Any]] = {
                               "model.directional_readout": True, "model.v_init": "lecun"},
     # and LION-S with that W_v alone.
     "lion_s_random_v": {"model.v_init": "lecun"},
+    # S5's shapes: a residual stream as wide as S5's (64 on the ladder, `width_key`) over a state
+    # of 16 channels in one head, as S5's P = 16 real states (attention_dim; W_v then LeCun-normal
+    # as S5's B), for LION-S (keys of 4 keep its parameters S5's),
+    "lion_s_narrow_state": {"model.attention_dim": 16, "model.num_heads": 1, "model.key_dim": 4,
+                            "model.v_init": "lecun"},
+    # and for S5 with real decays written as LION, with S5's feed-through D: all of S5-real's
+    # mixing at its shapes,
+    "lion_s5_real_narrow_state": {"model.decay": "fixed", "model.fixed_gate": False,
+                                  "model.feature_map": "constant", "model.normalize": "none",
+                                  "model.value_gain": "one_minus_decay",
+                                  "model.directional_readout": True, "model.v_init": "lecun",
+                                  "model.feedthrough": True, "model.attention_dim": 16,
+                                  "model.num_heads": 1, "model.key_dim": 1},
+    # and that feed-through alone at LION's shapes.
+    "lion_s5_real_feedthrough": {"model.decay": "fixed", "model.fixed_gate": False,
+                                 "model.feature_map": "constant", "model.normalize": "none",
+                                 "model.value_gain": "one_minus_decay",
+                                 "model.directional_readout": True, "model.v_init": "lecun",
+                                 "model.feedthrough": True},
 }
 
 # Variant groups accepted by `lra.sweep --variants`, in the paper's row order.
@@ -140,7 +159,8 @@ GROUPS: dict[str, tuple[str, ...]] = {
                "lion_s_ssm_open", "lion_s5_real", "lion_s5_real_random_v", "lion_s_random_v",
                "lion_s_open_gate",
                "lion_s_content_blind", "lion_s_ssm_lr", "lion_s_feedthrough", "lion_d",
-               "abl4_unscaled"),
+               "abl4_unscaled", "lion_s_narrow_state", "lion_s5_real_narrow_state",
+               "lion_s5_real_feedthrough", "s5_real_wide_state"),
 }
 
 # Defaults that changed what a variant's command trains, by the dotted config field: the commit
@@ -188,6 +208,10 @@ LABELS: dict[str, str] = {
     "lion_s5_real": "S5 with real decays written as LION",
     "lion_s5_real_random_v": "S5 with real decays written as LION, random W_v",
     "lion_s_random_v": "LION-S, random W_v (LeCun)",
+    "lion_s_narrow_state": "LION-S at S5's width over a 16-channel state",
+    "lion_s5_real_narrow_state": "S5 with real decays written as LION, at S5's shapes, with D",
+    "lion_s5_real_feedthrough": "S5 with real decays written as LION, random W_v, with D",
+    "s5_real_wide_state": "S5, real decays, a state as wide as the stream (P = 64)",
     "transformer": "Transformer",
     "s5": "S5",
     "s5_real": "S5, real decays",
@@ -378,22 +402,28 @@ def cpu_long_preset(task: str) -> dict[str, Any]:
 # about an hour a run beside another.
 EQUAL_PARAMETER_WIDTH: dict[str, dict[str, int]] = {
     # LION-S 51,594, S5 49,466, Transformer 52,538 (LION-D 43,402, LION-LIT 43,146).
-    # LION-S with directional read-outs 52,690.
-    "listops": {"lion": 64, "s5": 128, "softmax": 56, "lion_directional": 60},
+    # LION-S with directional read-outs 52,690; with a 16-channel state (`lion_s_narrow_state`) 52,154.
+    "listops": {"lion": 64, "s5": 128, "softmax": 56, "lion_directional": 60,
+                "lion_narrow_state": 120},
     # LION-S 12,802, S5 12,370, Transformer 12,242 (LION-D 10,754, LION-LIT 10,626).
-    # LION-S with directional read-outs 13,082.
-    "pathfinder": {"lion": 32, "s5": 56, "softmax": 40, "lion_directional": 30},
+    # LION-S with directional read-outs 13,082; with a 16-channel state 12,754.
+    "pathfinder": {"lion": 32, "s5": 56, "softmax": 40, "lion_directional": 30,
+                   "lion_narrow_state": 52},
 }
 
 
 def width_key(model) -> str:
-  """The key of a model's width in `EQUAL_PARAMETER_WIDTH` and `LADDER_WIDTH`: its mixer, or
-  "lion_directional" for LION with directional read-outs, whose second W_o costs H·V·M
-  parameters a layer that a narrower model gives back.
+  """The key of a model's width in `EQUAL_PARAMETER_WIDTH` and `LADDER_WIDTH`: its mixer;
+  "lion_narrow_state" for LION whose state is narrower than its stream (`attention_dim`), which
+  spends on a wider stream what its projections save; or "lion_directional" for LION with
+  directional read-outs, whose second W_o costs H·V·M parameters a layer that a narrower model
+  gives back.
 
   Args:
-    model: the config's `model` node (mixer, directional_readout).
+    model: the config's `model` node (mixer, attention_dim, directional_readout).
   """
+  if model.mixer == "lion" and model.get("attention_dim") is not None:
+    return "lion_narrow_state"
   if model.mixer == "lion" and model.get("directional_readout", False):
     return "lion_directional"
   return model.mixer
@@ -455,8 +485,10 @@ def cpu_order_preset(task: str, mixer: str) -> dict[str, Any]:
 # long ListOps (6 blocks, §17), about 47-49k parameters each, 2,000 steps of 32 (4 epochs), packed
 # rows. LION has one head as wide as the model (four heads of 9 learnt the same, §17). A
 # 1,000-step schedule was too short: S5 ended at 36.10 / 38.70% test, where LION-S is at 2,000.
-# LION-S 48,898, S5 46,362, LION-S with directional read-outs 47,794.
-LADDER_WIDTH: dict[str, int] = {"lion": 36, "s5": 64, "lion_directional": 33}
+# LION-S 48,898, S5 46,362, LION-S with directional read-outs 47,794; at S5's width over a
+# 16-channel state (`lion_s_narrow_state`) 49,482, and S5 with real decays written so 47,466.
+LADDER_WIDTH: dict[str, int] = {"lion": 36, "s5": 64, "lion_directional": 33,
+                                "lion_narrow_state": 64}
 
 _LADDER = {
     **_CPU_COMMON,

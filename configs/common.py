@@ -24,7 +24,7 @@ from typing import Any
 
 from ml_collections import config_dict
 
-from lion_jax.config import MIXER_FIELDS, ModelConfig, preset
+from lion_jax.config import ModelConfig, foreign_fields, preset
 from lion_jax.options import ConfigError
 from lra.tasks import TASKS as TASK_REGISTRY
 
@@ -83,6 +83,9 @@ DERIVED_BASELINES: dict[str, tuple[str, dict[str, Any]]] = {
     "s5_real": ("s5", {"model.ssm_real": True}),
     # ... and one read-out for both directions: left and right context weighed alike, as in LION.
     "s5_real_tied": ("s5", {"model.ssm_real": True, "model.ssm_tied_readout": True}),
+    # ... and with a state as wide as the ladder's stream: P = 64 (32 complex states, each a pair
+    # of real ones sharing a decay: 64 real channels), as LION's state is as wide as its stream.
+    "s5_real_wide_state": ("s5", {"model.ssm_real": True, "model.ssm_size": 64}),
 }
 
 
@@ -150,7 +153,7 @@ def for_mixer(overrides: dict[str, Any], mixer: str) -> dict[str, Any]:
   settings (LION's chunk size, S5's P and J, the Transformer's MLP ratio). A preset's LION-only
   field (e.g. `model.chunk_size`) is therefore left out for S5 and the Transformer.
   """
-  foreign = {name for owner, names in MIXER_FIELDS.items() if owner != mixer for name in names}
+  foreign = foreign_fields(mixer)
   return {k: v for k, v in overrides.items()
           if not (k.startswith("model.") and k.removeprefix("model.") in foreign)}
 

@@ -147,8 +147,11 @@ class ModelConfig:
   # Training sets it from the config's `mesh`; None keeps each sequence on one device.
   sequence_axis: str | None = None
 
-  # Softmax attention (mixer="softmax"): total width of q, k and v over all heads (LRA's qkv_dim);
-  # None means d_model. The output projection maps it back to d_model.
+  # Softmax attention and LION: the width the mixer attends in, over all heads (A = H·V); None
+  # means d_model. Softmax: the width of q, k and v (LRA's qkv_dim). LION: the width of its values,
+  # so that each head's state is K × A/H (K = key_dim, by default A/H too) while the residual
+  # stream stays d_model wide, as S5's state of P channels is narrower than its stream. The
+  # output projection maps it back to d_model. LION's identity and ZOH-diagonal W_v need A = M.
   attention_dim: int | None = None
   # S5 (mixer="s5"; S5 paper Sec. 3 and its LRA release): state size P before conjugate
   # symmetry, J HiPPO-N blocks, conjugate symmetry (P/2 complex states), Re Λ clipped to ≤ −1e-4,
@@ -204,16 +207,22 @@ class ModelConfig:
   def _check_mixer_fields(self):
     """A field of another mixer changed from its default is an error, never silently unused."""
     defaults = {f.name: f.default for f in dataclasses.fields(ModelConfig)}
-    for owner, names in MIXER_FIELDS.items():
-      for name in names:
-        if owner != self.mixer and getattr(self, name) != defaults[name]:
-          raise ConfigError(f"ModelConfig.{name}={getattr(self, name)!r} is an option of "
-                           f"mixer={owner!r}; mixer={self.mixer!r} does not use it. Leave it at "
-                           f"its default ({defaults[name]!r}) or set mixer={owner!r}.")
+    for name in sorted(foreign_fields(self.mixer)):
+      if getattr(self, name) != defaults[name]:
+        owners = [owner for owner, names in MIXER_FIELDS.items() if name in names]
+        raise ConfigError(f"ModelConfig.{name}={getattr(self, name)!r} is an option of "
+                          f"mixer={' or '.join(map(repr, owners))}; mixer={self.mixer!r} does not "
+                          f"use it. Leave it at its default ({defaults[name]!r}) or set "
+                          f"mixer={owners[0]!r}.")
     width = self.attention_dim
     if width is not None and (width < 1 or width % self.num_heads):
       raise ConfigError(f"ModelConfig.attention_dim={width!r} must be None or a positive multiple "
                        f"of num_heads={self.num_heads}.")
+    if (self.mixer == "lion" and width not in (None, self.d_model)
+        and self.v_init in ("identity", "zoh_diag")):
+      raise ConfigError(f"ModelConfig.v_init={self.v_init!r} starts W_v square (d_model → "
+                        f"d_model), but attention_dim={width} makes it {self.d_model} → {width}: "
+                        "set v_init='lecun' (or 'zoh_lecun'), or leave attention_dim unset.")
     if self.mixer == "s5":
       blocks = self.ssm_blocks
       if blocks < 1 or self.ssm_size % blocks or (self.conj_sym and (self.ssm_size // blocks) % 2):
@@ -269,8 +278,8 @@ class ModelConfig:
 
   @property
   def head_dim(self) -> int:
-    """Value width per head, d_model / num_heads."""
-    return self.d_model // self.num_heads
+    """Value width per head, V = A / num_heads (A = attention_dim, by default d_model)."""
+    return (self.attention_dim or self.d_model) // self.num_heads
 
   @property
   def compute_dtype(self):
@@ -304,11 +313,17 @@ MIXER_FIELDS: dict[str, tuple[str, ...]] = {
              "selective_bias_init", "fixed_gate", "selective_init_std", "qk_init_std",
              "decay_init", "v_init", "normalize", "convention", "output_proj", "value_gain",
              "feedthrough", "directional_readout", "eps", "form", "chunk_size", "scan_order", "sequence_axis",
-             "state_pass", "residuals"),
+             "state_pass", "residuals", "attention_dim"),
     "s5": ("ssm_size", "ssm_blocks", "conj_sym", "clip_eigs", "c_init", "dt_global", "ssm_scan",
            "ssm_real", "ssm_tied_readout"),
     "softmax": ("attention_dim",),
 }
+
+
+def foreign_fields(mixer: str) -> set[str]:
+  """The mixer-specific fields that `mixer` does not read (each other mixer's, less its own)."""
+  own = set(MIXER_FIELDS.get(mixer, ()))
+  return {name for names in MIXER_FIELDS.values() for name in names} - own
 
 
 # S5's depth and width per LRA task (docs/design.md §3), LION-S with HiPPO decays, d_head = 64,

@@ -88,11 +88,12 @@ def expand_variants(spec: str) -> list[str]:
       group = tuple(known)
     elif item in ablations.GROUPS:
       group = ablations.GROUPS[item]
-    elif item in known:
+    elif item in known or item in common.DERIVED_BASELINES:  # s5_real & co. by name too
       group = (item,)
     else:
       raise ConfigError(f"unknown variant or group {item!r}; groups: all, "
-                       f"{', '.join(ablations.GROUPS)}; variants: {', '.join(known)}")
+                       f"{', '.join(ablations.GROUPS)}; variants: "
+                       f"{', '.join([*known, *common.DERIVED_BASELINES])}")
     names += [n for n in group if n not in names]
   return names
 

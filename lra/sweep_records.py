@@ -41,7 +41,7 @@ from typing import Any
 from configs import ablations
 from configs.workdir import (CHANGES_FILE, CONFIG_FILE, flatten, stored_values,
                              with_absent_fields)
-from lion_jax.config import MIXER_FIELDS, ModelConfig
+from lion_jax.config import ModelConfig, foreign_fields
 from lra import resume
 from lra.metrics import METRICS_FILE, TIMING_FILE
 from lra.run_records import FAILED_FILE, RESULTS_FILE, STARTS_FILE, Run, outcome_dir
@@ -202,8 +202,7 @@ def result_fields(values: dict[str, Any]) -> dict[str, Any]:
   (`UNREAD_BY_DECAY`, LION-D's gate switch elsewhere) and the grid of a raster scan, and with
   positional="auto" resolved."""
   mixer = values.get("model.mixer", "lion")
-  unread = {f"model.{name}" for other, names in MIXER_FIELDS.items() if other != mixer
-            for name in names}
+  unread = {f"model.{name}" for name in foreign_fields(mixer)}
   if values.get("model.scan_order", "raster") == "raster":
     unread.add("model.grid")
   unread.update(f"model.{name}" for name in UNREAD_BY_DECAY.get(values.get("model.decay"), ()))

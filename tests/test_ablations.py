@@ -55,6 +55,19 @@ EXPECTED = {
                               "model.value_gain": "one_minus_decay",
                               "model.directional_readout": True, "model.v_init": "lecun"},
     "lion_s_random_v": {"model.v_init": "lecun"},
+    "lion_s_narrow_state": {"model.attention_dim": 16, "model.num_heads": 1, "model.key_dim": 4,
+                            "model.v_init": "lecun"},
+    "lion_s5_real_narrow_state": {"model.decay": "fixed", "model.fixed_gate": False,
+                                  "model.feature_map": "constant", "model.normalize": "none",
+                                  "model.value_gain": "one_minus_decay",
+                                  "model.directional_readout": True, "model.v_init": "lecun",
+                                  "model.feedthrough": True, "model.attention_dim": 16,
+                                  "model.num_heads": 1, "model.key_dim": 1},
+    "lion_s5_real_feedthrough": {"model.decay": "fixed", "model.fixed_gate": False,
+                                 "model.feature_map": "constant", "model.normalize": "none",
+                                 "model.value_gain": "one_minus_decay",
+                                 "model.directional_readout": True, "model.v_init": "lecun",
+                                 "model.feedthrough": True},
 }
 
 
@@ -93,8 +106,11 @@ def test_every_table_row_is_a_variant_and_every_variant_is_expected():
 @pytest.mark.parametrize("task", common.TASKS)
 def test_variant_differs_from_lion_s_in_exactly_its_fields(task, flags):
   base = _config(task, "lion_s" + flags)
+  # A reduced preset sizes every model alike, the variant's heads included.
+  sized = {",cpu": ablations.cpu_preset(task), ",runlocal": common.RUNLOCAL}.get(flags, {})
   for variant, expected in EXPECTED.items():
     config = _config(task, variant + flags)
+    expected = {k: v for k, v in expected.items() if k not in sized}
     assert _diff(base, config) == expected, variant
     train.check_config(config)  # a valid ModelConfig
 
@@ -123,7 +139,10 @@ def test_cpu_preset_shrinks_the_run_but_not_the_variant(task):
   assert cpu.model.d_model < full.model.d_model and cpu.model.num_layers < full.model.num_layers
   assert 0 < cpu.num_train_steps <= 2000
   changed = set(_diff(full, cpu))
-  assert not changed & {"task", *(k for v in EXPECTED.values() for k in v)}
+  # Heads are the one exception: the preset gives every model its heads, and the one-head state
+  # of `lion_s_narrow_state` (16 channels, which the full Pathfinder's three heads do not divide)
+  # is split over the preset's heads there.
+  assert not changed & {"task", *(k for v in EXPECTED.values() for k in v)} - {"model.num_heads"}
   if task == "pathfinder":  # the task itself (L = 1024), fewer images, kept apart from real data
     assert cpu.data_dir == ablations.CPU_DATA_DIR != full.data_dir and cpu.seq_len == 0
   if task == "listops":  # the LRA generator with shorter expressions (documented deviation)
@@ -190,10 +209,11 @@ def _one_step(task, variant, tmp_path):
 # the scale-before-mask normalisation, on four tasks; every variant on every task in make
 # test-all (each variant's fields are checked above, fast; the feature maps and selective gates
 # each variant switches are checked against their formulas in tests/nn/test_mixer.py;
-# `lion_s5_real` takes the directional read-outs, q·k = 1 and the plain sum through the trainer).
+# `lion_s5_real_narrow_state` takes the directional read-outs, q·k = 1, the plain sum, the
+# feed-through and a state narrower than the stream through the trainer).
 FAST = [("listops", "lion_s"), ("text", "lion_d"), ("pathfinder", "abl3_scalar_decay"),
         ("retrieval", "abl5_scale_before_mask"), ("listops", "lion_s_ssm_sum"),
-        ("listops", "s5_real"), ("listops", "lion_s5_real")]
+        ("listops", "s5_real"), ("listops", "lion_s5_real_narrow_state")]
 SLOW = [pytest.param(t, v, marks=pytest.mark.slow) for t in common.TASKS for v in EXPECTED
         if (t, v) not in FAST]
 
@@ -220,10 +240,13 @@ def test_reduced_presets_size_every_table7_model_by_one_rule(flag):
 
 
 @pytest.mark.parametrize("task,flag,variants", [
-    ("listops", "cpu_order", ("lion_s", "s5", "transformer", "lion_s_directional")),
-    ("pathfinder", "cpu_order", ("lion_s", "s5", "transformer", "lion_s_directional")),
+    ("listops", "cpu_order", ("lion_s", "s5", "transformer", "lion_s_directional",
+                              "lion_s_narrow_state")),
+    ("pathfinder", "cpu_order", ("lion_s", "s5", "transformer", "lion_s_directional",
+                                 "lion_s_narrow_state")),
     ("listops", "ladder", ("lion_s", "s5", "s5_real", "lion_s_ssm_sum", "lion_s_feedthrough",
-                           "lion_s_directional")),
+                           "lion_s_directional", "lion_s_narrow_state",
+                           "lion_s5_real_narrow_state")),
     ("listops", "ladder_long", ("lion_s", "s5", "lion_s_directional")),
 ])
 def test_equal_parameter_presets_give_every_model_about_the_same_parameters(task, flag, variants):
@@ -246,7 +269,10 @@ def test_equal_parameter_presets_give_every_model_about_the_same_parameters(task
   assert max(counts.values()) / min(counts.values()) < 1.07, counts
   for field in ("model.num_layers", "model.num_heads", "seq_len", "data_dir", "batch_size",
                 "num_train_steps", "learning_rate", "warmup_epochs", "packing"):
-    assert len({str(_flat(c)[field]) for c in configs.values()}) == 1, field
+    # A 16-channel state is one head, as S5's state is (`lion_s_narrow_state`).
+    values = {str(_flat(c)[field]) for v, c in configs.items()
+              if not (field == "model.num_heads" and "narrow_state" in v)}
+    assert len(values) == 1, field
   for node in ("generate", "task_options"):
     assert len({str(c[node]) for c in configs.values()}) == 1, node
   assert configs["s5"].model.d_model != configs["lion_s"].model.d_model  # widths do differ

@@ -24,7 +24,8 @@ Parameter names (for optimiser partitions; every decay parameter has "decay" in 
   out_proj/kernel, out_proj/bias                   [H·V, M], [M] (output_proj=True); [2·H·V, M]
                                                    with directional_readout: W_F's rows, then W_B's
   feedthrough                                      [M] S5's D, y += D ⊙ x (feedthrough=True)
-Shapes: B batch, L length, M = d_model, H heads, K key dim, V = M / H value dim, G decay channels.
+Shapes: B batch, L length, M = d_model, H heads, K key dim, V = A / H value dim (A = attention_dim,
+by default M), G decay channels.
 """
 
 from __future__ import annotations
@@ -106,7 +107,7 @@ class LionMixer(nnx.Module):
     self.column_decay_base, self.column_decay_gate = column
 
     # W_v (docs/math.md §5, §5.1): the identity, or ZOH gains γ on the diagonal (scalar decays
-    # share γ over a head). Both need M = H·V, true by construction.
+    # share γ over a head). Both need M = H·V, which the config checks (attention_dim).
     gain = jnp.broadcast_to(gain, (h, v)).reshape(h * v)  # [H·V]
     if config.v_init == "identity":
       self.v_proj.kernel[...] = jnp.eye(m, dtype=self.v_proj.kernel.dtype)

@@ -316,6 +316,8 @@ def test_default_lion_s_mixes_at_unit_scale_and_selects_per_token_at_init(litera
     dict(normalize="none", value_gain="one_minus_decay", feedthrough=True),
     # Directional read-outs: W_F and W_B over the output's left and right halves.
     dict(directional_readout=True),
+    # A state narrower than the stream (S5's shape): V = 4 and K = 2 a head at M = 16.
+    dict(attention_dim=8, key_dim=2),
 ])
 def test_same_parameters_give_the_same_output_in_every_form(overrides):
   # lecun W_v: the ZOH gain (~Δ) would make the mixer output too small for a meaningful check.
@@ -422,11 +424,16 @@ def test_value_gain_and_feedthrough_follow_their_float64_definition(decay_shape)
   np.testing.assert_allclose(out[real], expected[real], rtol=2e-5, atol=2e-5)
 
 
-@pytest.mark.parametrize("decay", ["selective", pytest.param("fixed", marks=pytest.mark.slow)])
-def test_directional_readout_follows_its_float64_definition(decay):
+@pytest.mark.parametrize("decay,attention_dim", [
+    ("selective", None), pytest.param("fixed", None, marks=pytest.mark.slow),
+    # S5's shape: a state narrower than the residual stream (A = 6 < M = 16, K = V = 3 a head).
+    ("fixed", 6)])
+def test_directional_readout_follows_its_float64_definition(decay, attention_dim):
   """y = W_F y^F + W_B y^B + b, each half summed directly in float64 over its side's keys."""
   from tests.reference import reference_lion  # pylint: disable=import-outside-toplevel
-  config = small(directional_readout=True, decay=decay, v_init="lecun")
+  config = small(directional_readout=True, decay=decay, v_init="lecun",
+                 attention_dim=attention_dim)
+  width = attention_dim or config.d_model  # A = H·V, the state's channels over all heads
   mixer = LionMixer(config, rngs=nnx.Rngs(4))
   x, mask = mixer_inputs(length=13)
   out = np.asarray(nnx.jit(lambda m, x, mask: m(x, mask, form="chunk_scan"))(mixer, x, mask))
@@ -435,9 +442,10 @@ def test_directional_readout_follows_its_float64_definition(decay):
   halves = [reference_lion(q, k, v, log_decay, key_mask=np.asarray(mask), side=side)
             for side in ("left", "right")]
   kernel = np.asarray(mixer.out_proj.kernel[...], np.float64)  # [2·H·V, M]: W_F's rows, W_B's
-  assert kernel.shape == (2 * config.d_model, config.d_model)
-  expected = (halves[0].reshape(batch, length, -1) @ kernel[:config.d_model]
-              + halves[1].reshape(batch, length, -1) @ kernel[config.d_model:]
+  assert kernel.shape == (2 * width, config.d_model)
+  assert mixer.v_proj.kernel.shape == (config.d_model, width)
+  expected = (halves[0].reshape(batch, length, -1) @ kernel[:width]
+              + halves[1].reshape(batch, length, -1) @ kernel[width:]
               + np.asarray(mixer.out_proj.bias[...]))
   real = np.asarray(mask)
   np.testing.assert_allclose(out[real], expected[real], rtol=2e-5, atol=2e-5)
@@ -451,12 +459,22 @@ def test_directional_readout_follows_its_float64_definition(decay):
     tied.decay_gate.bias[...] = mixer.decay_gate.bias[...]
   else:
     tied.decay_gate[...] = mixer.decay_gate[...]
-  tied.out_proj.kernel[...] = mixer.out_proj.kernel[:config.d_model]
+  tied.out_proj.kernel[...] = mixer.out_proj.kernel[:width]
   tied.out_proj.bias[...] = mixer.out_proj.bias[...]
   mixer.out_proj.kernel[...] = jnp.concatenate([tied.out_proj.kernel[...]] * 2)
   np.testing.assert_allclose(np.asarray(mixer(x, mask, form="chunk_scan"))[real],
                              np.asarray(tied(x, mask, form="chunk_scan"))[real],
                              rtol=1e-5, atol=1e-6)
+
+
+def test_a_state_narrower_than_the_stream_needs_a_rectangular_value_init():
+  with pytest.raises(ConfigError, match="v_init='identity' starts W_v square .* set v_init='lecun'"):
+    small(attention_dim=8)
+  with pytest.raises(ConfigError, match="attention_dim=5 must be None or a positive multiple"):
+    small(attention_dim=5, v_init="lecun")
+  with pytest.raises(ConfigError, match="attention_dim=8 is an option of mixer='lion' or "
+                     "'softmax'; mixer='s5' does not use it"):
+    small(mixer="s5", attention_dim=8, chunk_size=64)
 
 
 def test_directional_readout_names_what_it_needs():
