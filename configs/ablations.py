@@ -125,6 +125,27 @@ ABLATION_VARIANTS: dict[str, dict[str, Any]] = {
                                   "model.directional_readout": True, "model.v_init": "lecun",
                                   "model.feedthrough": True, "model.attention_dim": 16,
                                   "model.num_heads": 1, "model.key_dim": 1},
+    # and the same at S5's shapes without D,
+    "lion_s5_real_narrow_no_d": {"model.decay": "fixed", "model.fixed_gate": False,
+                                 "model.feature_map": "constant", "model.normalize": "none",
+                                 "model.value_gain": "one_minus_decay",
+                                 "model.directional_readout": True, "model.v_init": "lecun",
+                                 "model.attention_dim": 16, "model.num_heads": 1,
+                                 "model.key_dim": 1},
+    # and with LION-S's selective gate, open at init (memories at the HiPPO base, as S5's),
+    "lion_s5_selective": {"model.feature_map": "constant", "model.normalize": "none",
+                          "model.value_gain": "one_minus_decay", "model.selective_bias_init": 8.0,
+                          "model.directional_readout": True, "model.v_init": "lecun",
+                          "model.feedthrough": True, "model.attention_dim": 16,
+                          "model.num_heads": 1, "model.key_dim": 1},
+    # and with the gate and q·k too: LION-S in S5's form (the plain sum with S5's gain, D,
+    # directional read-outs, memories at the HiPPO base at init, S5's shapes, keys of 4);
+    "lion_s_s5_form": {"model.normalize": "none", "model.value_gain": "one_minus_decay",
+                       "model.selective_bias_init": 8.0, "model.directional_readout": True,
+                       "model.v_init": "lecun", "model.feedthrough": True,
+                       "model.attention_dim": 16, "model.num_heads": 1, "model.key_dim": 4},
+    # LION-S with D and its gate open at init: a local path beside long memories, in LION's form;
+    "lion_s_feedthrough_open": {"model.feedthrough": True, "model.selective_bias_init": 8.0},
     # and that feed-through alone at LION's shapes.
     "lion_s5_real_feedthrough": {"model.decay": "fixed", "model.fixed_gate": False,
                                  "model.feature_map": "constant", "model.normalize": "none",
@@ -160,7 +181,8 @@ GROUPS: dict[str, tuple[str, ...]] = {
                "lion_s_open_gate",
                "lion_s_content_blind", "lion_s_ssm_lr", "lion_s_feedthrough", "lion_d",
                "abl4_unscaled", "lion_s_narrow_state", "lion_s5_real_narrow_state",
-               "lion_s5_real_feedthrough", "s5_real_wide_state"),
+               "lion_s5_real_feedthrough", "s5_real_wide_state", "lion_s5_real_narrow_no_d",
+               "lion_s5_selective", "lion_s_s5_form", "lion_s_feedthrough_open"),
 }
 
 # Defaults that changed what a variant's command trains, by the dotted config field: the commit
@@ -212,6 +234,10 @@ LABELS: dict[str, str] = {
     "lion_s5_real_narrow_state": "S5 with real decays written as LION, at S5's shapes, with D",
     "lion_s5_real_feedthrough": "S5 with real decays written as LION, random W_v, with D",
     "s5_real_wide_state": "S5, real decays, a state as wide as the stream (P = 64)",
+    "lion_s5_real_narrow_no_d": "S5 with real decays written as LION, at S5's shapes, no D",
+    "lion_s5_selective": "S5 written as LION at S5's shapes, with D and LION-S's gate (open)",
+    "lion_s_s5_form": "LION-S in S5's form: plain sum, D, two read-outs, gate open, S5's shapes",
+    "lion_s_feedthrough_open": "LION-S with D and its gate open at init",
     "transformer": "Transformer",
     "s5": "S5",
     "s5_real": "S5, real decays",
@@ -402,20 +428,23 @@ def cpu_long_preset(task: str) -> dict[str, Any]:
 # about an hour a run beside another.
 EQUAL_PARAMETER_WIDTH: dict[str, dict[str, int]] = {
     # LION-S 51,594, S5 49,466, Transformer 52,538 (LION-D 43,402, LION-LIT 43,146).
-    # LION-S with directional read-outs 52,690; with a 16-channel state (`lion_s_narrow_state`) 52,154.
+    # LION-S with directional read-outs 52,690; with a 16-channel state (`lion_s_narrow_state`) 52,154;
+    # in S5's form (`lion_s_s5_form`) 50,698.
     "listops": {"lion": 64, "s5": 128, "softmax": 56, "lion_directional": 60,
-                "lion_narrow_state": 120},
+                "lion_narrow_state": 120, "lion_s5_form": 112},
     # LION-S 12,802, S5 12,370, Transformer 12,242 (LION-D 10,754, LION-LIT 10,626).
-    # LION-S with directional read-outs 13,082; with a 16-channel state 12,754.
+    # LION-S with directional read-outs 13,082; with a 16-channel state 12,754; in S5's form 13,026.
     "pathfinder": {"lion": 32, "s5": 56, "softmax": 40, "lion_directional": 30,
-                   "lion_narrow_state": 52},
+                   "lion_narrow_state": 52, "lion_s5_form": 48},
 }
 
 
 def width_key(model) -> str:
   """The key of a model's width in `EQUAL_PARAMETER_WIDTH` and `LADDER_WIDTH`: its mixer;
   "lion_narrow_state" for LION whose state is narrower than its stream (`attention_dim`), which
-  spends on a wider stream what its projections save; or "lion_directional" for LION with
+  spends on a wider stream what its projections save, and "lion_s5_form" for such a LION with
+  both a selective gate and two read-outs, which cost it some of that width back; or
+  "lion_directional" for LION with
   directional read-outs, whose second W_o costs H·V·M parameters a layer that a narrower model
   gives back.
 
@@ -423,7 +452,9 @@ def width_key(model) -> str:
     model: the config's `model` node (mixer, attention_dim, directional_readout).
   """
   if model.mixer == "lion" and model.get("attention_dim") is not None:
-    return "lion_narrow_state"
+    gated = model.get("decay", "selective") == "selective"
+    return ("lion_s5_form" if gated and model.get("directional_readout", False)
+            else "lion_narrow_state")
   if model.mixer == "lion" and model.get("directional_readout", False):
     return "lion_directional"
   return model.mixer
@@ -486,9 +517,10 @@ def cpu_order_preset(task: str, mixer: str) -> dict[str, Any]:
 # rows. LION has one head as wide as the model (four heads of 9 learnt the same, §17). A
 # 1,000-step schedule was too short: S5 ended at 36.10 / 38.70% test, where LION-S is at 2,000.
 # LION-S 48,898, S5 46,362, LION-S with directional read-outs 47,794; at S5's width over a
-# 16-channel state (`lion_s_narrow_state`) 49,482, and S5 with real decays written so 47,466.
+# 16-channel state (`lion_s_narrow_state`) 49,482, and S5 with real decays written so 47,466;
+# LION-S in S5's form (`lion_s_s5_form`, width 56) 46,346.
 LADDER_WIDTH: dict[str, int] = {"lion": 36, "s5": 64, "lion_directional": 33,
-                                "lion_narrow_state": 64}
+                                "lion_narrow_state": 64, "lion_s5_form": 56}
 
 _LADDER = {
     **_CPU_COMMON,
