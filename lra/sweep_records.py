@@ -57,7 +57,9 @@ CODE_PATHS = ("configs", "lion_jax", "lra", "run.py")
 # Fields that leave a finished run's result as it is: how the same function is computed,
 # logged or checkpointed (`lra.resume.MAY_CHANGE_ON_RESUME`, but for `eval_every_steps`, which
 # decides the steps the best one is picked from), and where this machine keeps the data.
-SAME_RESULT = frozenset(resume.MAY_CHANGE_ON_RESUME) - {"eval_every_steps"} | {"data_dir"}
+# The generator's files depend on its seed and arguments, never on its worker count (docs/data.md).
+SAME_RESULT = (frozenset(resume.MAY_CHANGE_ON_RESUME) - {"eval_every_steps"}
+               | {"data_dir", "generate.workers"})
 ABSENT = "(absent)"
 # LION fields the mixer does not read under a decay (`lion_jax.nn.mixer`): LION-LIT has no decay
 # parameters (its W_v gains come from HiPPO's Δ whatever decay_init says), LION-D no input gate.
