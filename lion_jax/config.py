@@ -304,7 +304,8 @@ VALUES_BEFORE_FIELD: dict[str, object] = {"fixed_gate": False, "mixer": "lion",
                                           "positional": "none", "scan_order": "raster",
                                           "value_gain": "none", "feedthrough": False,
                                           "directional_readout": False,
-                                          "ssm_real": False, "ssm_tied_readout": False}
+                                          "ssm_real": False, "ssm_tied_readout": False,
+                                          "attention_dim": None}
 
 
 # The fields only one mixer reads (dt_min/dt_max serve LION's HiPPO decays and S5's Δ alike).
