@@ -316,8 +316,10 @@ def test_default_lion_s_mixes_at_unit_scale_and_selects_per_token_at_init(litera
     dict(normalize="none", value_gain="one_minus_decay", feedthrough=True),
     # Directional read-outs: W_F and W_B over the output's left and right halves.
     dict(directional_readout=True),
-    # A state narrower than the stream (S5's shape): V = 4 and K = 2 a head at M = 16.
-    dict(attention_dim=8, key_dim=2),
+    # LION-S in S5's form (`lion_s_s5_form`): a state narrower than the stream (V = 4 and K = 2
+    # a head at M = 16), the plain sum with S5's gain, D, two read-outs, the gate open.
+    dict(attention_dim=8, key_dim=2, normalize="none", value_gain="one_minus_decay",
+         feedthrough=True, directional_readout=True, selective_bias_init=8.0),
 ])
 def test_same_parameters_give_the_same_output_in_every_form(overrides):
   # lecun W_v: the ZOH gain (~Δ) would make the mixer output too small for a meaningful check.
