@@ -35,6 +35,20 @@ from typing import Any
 
 from lion_jax.options import ConfigError
 
+# The pieces of S5 that the ladder's rungs give LION (docs/paper_notes.md §20):
+# S5's plain decayed sum with its input gain 1 − λ, instead of LION's row average;
+_S5_SUM = {"model.normalize": "none", "model.value_gain": "one_minus_decay"}
+# S5's mixing written as LION: that sum, q·k = 1 (S5's kernel ignores content) and one read-out
+# per direction (S5's two C's);
+_S5_MIXING = {"model.feature_map": "constant", **_S5_SUM, "model.directional_readout": True}
+# its real decays: fixed HiPPO decays without a gate;
+_S5_REAL_DECAYS = {"model.decay": "fixed", "model.fixed_gate": False}
+# its shapes: a 16-channel state in one head (S5's P = 16) under a stream as wide as S5's
+# (`width_key`), W_v LeCun-normal as S5's B (a rectangular W_v cannot start at the identity).
+_S5_SHAPES = {"model.attention_dim": 16, "model.num_heads": 1, "model.v_init": "lecun"}
+_GATE_OPEN = {"model.selective_bias_init": 8.0}  # log σ(8) ≈ −0.0003: memories at the HiPPO base
+_S5_D = {"model.feedthrough": True}  # S5's feed-through D ⊙ x
+
 # variant -> dotted-field overrides on top of the task config (whose model is LION-S w/ HiPPO).
 ABLATION_VARIANTS: dict[str, dict[str, Any]] = {
     # Table 3, "w/o HiPPO" rows: the base decay starts at λ = σ(N(0, 1)) (the official
@@ -82,80 +96,57 @@ ABLATION_VARIANTS: dict[str, dict[str, Any]] = {
     "lion_lit_no_positions": {"model.decay": "lit", "model.positional": "none"},
     # The ladder from LION-S towards S5 (docs/paper_notes.md §20), each one change on `lion_s`:
     # an unnormalised decayed sum with S5's input gain 1 − λ (S5 sums its states, LION averages);
-    "lion_s_ssm_sum": {"model.normalize": "none", "model.value_gain": "one_minus_decay"},
+    "lion_s_ssm_sum": {**_S5_SUM},
     # q·k fixed at 1: the mixing weights are the selective mask alone (S5's kernel ignores content);
     "lion_s_content_blind": {"model.feature_map": "constant"},
     # S5's feed-through D ⊙ x beside the mixed tokens;
-    "lion_s_feedthrough": {"model.feedthrough": True},
+    "lion_s_feedthrough": {**_S5_D},
     # S5's optimiser for its SSM parameters: the decays and gate at 1e-3, a third of the rate.
     "lion_s_ssm_lr": {"decay_learning_rate": 1e-3},
     # the gate open at init (log σ(8) ≈ −0.0003): every memory starts at its HiPPO base 2/Δ, as
     # S5's do, instead of about 3 tokens.
-    "lion_s_open_gate": {"model.selective_bias_init": 8.0},
+    "lion_s_open_gate": {**_GATE_OPEN},
     # Direction, as S5 has it: two W_o over the output's left and right halves (its width
     # narrower for equal parameters, `width_key`).
     "lion_s_directional": {"model.directional_readout": True},
     # Two changes at once: S5's plain sum with its gain and its long memories from init (the gate
     # open), which one at a time changed nothing or made LION-S worse;
-    "lion_s_ssm_open": {"model.normalize": "none", "model.value_gain": "one_minus_decay",
-                        "model.selective_bias_init": 8.0},
+    "lion_s_ssm_open": {**_S5_SUM, **_GATE_OPEN},
     # and S5 with real decays written as LION: fixed HiPPO decays without a gate, q·k = 1, the
     # plain sum with S5's gain and directional read-outs, so each value channel is one of S5's
     # states (W_v its B, W_F and W_B its two C's).
-    "lion_s5_real": {"model.decay": "fixed", "model.fixed_gate": False,
-                     "model.feature_map": "constant", "model.normalize": "none",
-                     "model.value_gain": "one_minus_decay", "model.directional_readout": True},
+    "lion_s5_real": {**_S5_REAL_DECAYS, **_S5_MIXING},
     # The same with S5's random input matrix: W_v LeCun-normal (S5's B) instead of the identity;
-    "lion_s5_real_random_v": {"model.decay": "fixed", "model.fixed_gate": False,
-                              "model.feature_map": "constant", "model.normalize": "none",
-                              "model.value_gain": "one_minus_decay",
-                              "model.directional_readout": True, "model.v_init": "lecun"},
+    "lion_s5_real_random_v": {**_S5_REAL_DECAYS, **_S5_MIXING, "model.v_init": "lecun"},
     # and LION-S with that W_v alone.
     "lion_s_random_v": {"model.v_init": "lecun"},
     # S5's shapes: a residual stream as wide as S5's (64 on the ladder, `width_key`) over a state
     # of 16 channels in one head, as S5's P = 16 real states (attention_dim; W_v then LeCun-normal
     # as S5's B), for LION-S (keys of 4 keep its parameters S5's),
-    "lion_s_narrow_state": {"model.attention_dim": 16, "model.num_heads": 1, "model.key_dim": 4,
-                            "model.v_init": "lecun"},
+    "lion_s_narrow_state": {**_S5_SHAPES, "model.key_dim": 4},
     # and for S5 with real decays written as LION, with S5's feed-through D: all of S5-real's
     # mixing at its shapes,
-    "lion_s5_real_narrow_state": {"model.decay": "fixed", "model.fixed_gate": False,
-                                  "model.feature_map": "constant", "model.normalize": "none",
-                                  "model.value_gain": "one_minus_decay",
-                                  "model.directional_readout": True, "model.v_init": "lecun",
-                                  "model.feedthrough": True, "model.attention_dim": 16,
-                                  "model.num_heads": 1, "model.key_dim": 1},
+    "lion_s5_real_narrow_state": {**_S5_REAL_DECAYS, **_S5_MIXING, **_S5_SHAPES, **_S5_D,
+                                  "model.key_dim": 1},
     # and the same at S5's shapes without D,
-    "lion_s5_real_narrow_no_d": {"model.decay": "fixed", "model.fixed_gate": False,
-                                 "model.feature_map": "constant", "model.normalize": "none",
-                                 "model.value_gain": "one_minus_decay",
-                                 "model.directional_readout": True, "model.v_init": "lecun",
-                                 "model.attention_dim": 16, "model.num_heads": 1,
+    "lion_s5_real_narrow_no_d": {**_S5_REAL_DECAYS, **_S5_MIXING, **_S5_SHAPES,
                                  "model.key_dim": 1},
-    # and with LION-S's selective gate, open at init (memories at the HiPPO base, as S5's),
-    "lion_s5_selective": {"model.feature_map": "constant", "model.normalize": "none",
-                          "model.value_gain": "one_minus_decay", "model.selective_bias_init": 8.0,
-                          "model.directional_readout": True, "model.v_init": "lecun",
-                          "model.feedthrough": True, "model.attention_dim": 16,
-                          "model.num_heads": 1, "model.key_dim": 1},
+    # and, with D, with LION-S's selective gate open at init (memories at the HiPPO base, as
+    # S5's),
+    "lion_s5_selective": {**_S5_MIXING, **_S5_SHAPES, **_S5_D, **_GATE_OPEN, "model.key_dim": 1},
     # and with the gate and q·k too: LION-S in S5's form, the recipe that learns ListOps as fast
     # as S5 (docs/paper_notes.md §20; testbed 50.95 against S5's 46.60). Its deviations from the
     # paper's LION-S, each with the rung that shows it: no row normalisation but S5's gain 1 − λ
     # and feed-through D (S5 written as LION: 38.85 without D, 47.20 with); two read-outs
     # (S5's C per direction); the gate open at init, memories at the HiPPO base as S5's; a
     # 16-channel state under a wider stream, S5's P = 16 (42.80 at LION's shapes); keys of 4;
-    "lion_s_s5_form": {"model.normalize": "none", "model.value_gain": "one_minus_decay",
-                       "model.selective_bias_init": 8.0, "model.directional_readout": True,
-                       "model.v_init": "lecun", "model.feedthrough": True,
-                       "model.attention_dim": 16, "model.num_heads": 1, "model.key_dim": 4},
+    "lion_s_s5_form": {**_S5_SUM, "model.directional_readout": True, **_S5_SHAPES, **_S5_D,
+                       **_GATE_OPEN, "model.key_dim": 4},
     # LION-S with D and its gate open at init: a local path beside long memories, in LION's form;
-    "lion_s_feedthrough_open": {"model.feedthrough": True, "model.selective_bias_init": 8.0},
+    "lion_s_feedthrough_open": {**_S5_D, **_GATE_OPEN},
     # and that feed-through alone at LION's shapes.
-    "lion_s5_real_feedthrough": {"model.decay": "fixed", "model.fixed_gate": False,
-                                 "model.feature_map": "constant", "model.normalize": "none",
-                                 "model.value_gain": "one_minus_decay",
-                                 "model.directional_readout": True, "model.v_init": "lecun",
-                                 "model.feedthrough": True},
+    "lion_s5_real_feedthrough": {**_S5_REAL_DECAYS, **_S5_MIXING, "model.v_init": "lecun",
+                                 **_S5_D},
 }
 
 # Variant groups accepted by `lra.sweep --variants`, in the paper's row order.
@@ -448,9 +439,8 @@ def width_key(model) -> str:
   "lion_narrow_state" for LION whose state is narrower than its stream (`attention_dim`), which
   spends on a wider stream what its projections save, and "lion_s5_form" for such a LION with
   both a selective gate and two read-outs, which cost it some of that width back; or
-  "lion_directional" for LION with
-  directional read-outs, whose second W_o costs H·V·M parameters a layer that a narrower model
-  gives back.
+  "lion_directional" for LION with directional read-outs, whose second W_o costs H·V·M
+  parameters a layer that a narrower model gives back.
 
   Args:
     model: the config's `model` node (mixer, attention_dim, directional_readout).

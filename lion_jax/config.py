@@ -308,7 +308,8 @@ VALUES_BEFORE_FIELD: dict[str, object] = {"fixed_gate": False, "mixer": "lion",
                                           "attention_dim": None}
 
 
-# The fields only one mixer reads (dt_min/dt_max serve LION's HiPPO decays and S5's Δ alike).
+# The fields each mixer reads and the others must leave at their defaults (attention_dim serves
+# softmax and LION; dt_min/dt_max, listed under none, serve LION's HiPPO decays and S5's Δ alike).
 MIXER_FIELDS: dict[str, tuple[str, ...]] = {
     "lion": ("feature_map", "key_dim", "decay", "decay_shape", "decay_param", "selective_mode",
              "selective_bias_init", "fixed_gate", "selective_init_std", "qk_init_std",

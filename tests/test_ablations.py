@@ -131,6 +131,17 @@ def test_variant_differs_from_lion_s_in_exactly_its_fields(task, flags):
     train.check_config(config)  # a valid ModelConfig
 
 
+def test_s5s_derived_variants_differ_from_s5_in_exactly_their_fields_on_the_ladder():
+  """Each rung of the ladder that changes S5 builds a valid S5 on the testbed, and changes only
+  what `DERIVED_BASELINES` says (P = 64 keeps S5's J = 8 blocks: 4 complex states each)."""
+  base = _config("listops", "s5,ladder")
+  for variant, (parent, fields) in common.DERIVED_BASELINES.items():
+    assert parent == "s5"
+    config = _config("listops", f"{variant},ladder")
+    assert _diff(base, config) == fields, variant
+    assert train.check_config(config).ssm_size == config.model.ssm_size
+
+
 def test_paper_numbers_cover_every_paper_row_and_task():
   paper_rows = {v for t in ("table3", "table6", "table7") for v in ablations.GROUPS[t]}
   assert set(ablations.PAPER) == paper_rows

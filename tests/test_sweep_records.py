@@ -210,6 +210,21 @@ def test_a_changed_default_marks_a_record_stale_and_resolved_fields_do_not(moved
   capsys.readouterr()
 
 
+def test_only_fields_that_decide_a_result_make_a_record_differ():
+  """The data's folder and the generator's worker count never change a result (the generator's
+  files depend on its seed and arguments only); a field only another mixer reads is not read."""
+  lion = {"model.mixer": "lion", "model.attention_dim": None, "generate.seed": 0,
+          "generate.workers": 2, "data_dir": "data/cpu"}
+  elsewhere = {**lion, "generate.workers": 12, "data_dir": "/scratch/data"}
+  assert sweep_records.differences(lion, elsewhere) == {}
+  assert sweep_records.differences(lion, {**lion, "generate.seed": 1}) == {"generate.seed": (0, 1)}
+  # attention_dim is LION's value width and softmax's q, k, v width; S5 reads none.
+  assert sweep_records.differences(lion, {**lion, "model.attention_dim": 16}) == {
+      "model.attention_dim": (None, 16)}
+  s5 = {**lion, "model.mixer": "s5"}
+  assert sweep_records.differences(s5, {**s5, "model.attention_dim": 16}) == {}
+
+
 def test_a_record_of_another_config_is_not_overwritten_by_an_old_workdir(moved, capsys):
   work, records, _ = moved
   run = sweep.plan(["listops"], ["s5"], [0], work, flags=("cpu_long",), records=records)[0]
