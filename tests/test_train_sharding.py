@@ -61,8 +61,8 @@ SCRIPT = textwrap.dedent("""
 
 
 def test_sharded_step_on_four_devices_equals_single_device_step():
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4",
-             JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT))
+  env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT),
+             XLA_FLAGS=os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4")
   proc = subprocess.run([sys.executable, "-c", SCRIPT], cwd=ROOT, env=env, capture_output=True,
                         text=True, timeout=600)
   assert proc.returncode == 0, proc.stderr[-4000:]

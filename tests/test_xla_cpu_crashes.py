@@ -18,6 +18,7 @@ from lion_jax import xla_flags
 from tests.xla_crash_cases import CASES
 
 ROOT = Path(__file__).resolve().parents[1]
+TESTS_FUSION_EMITTER_FLAG = "--xla_cpu_use_fusion_emitters"  # tests/conftest.py sets it
 FLAG_SETTINGS = {
     "lion_jax_flags": "",
     "ynn_fusions_on": f"{xla_flags.YNN_FUSION_FLAG}=dot,reduce,eltwise",
@@ -25,13 +26,14 @@ FLAG_SETTINGS = {
 
 
 def _environment(xla_setting: str, fast_compile: bool = False) -> dict[str, str]:
-  """This process's environment minus the YNN flag lion_jax put in it, plus `xla_setting`.
+  """This process's environment minus the XLA flags lion_jax and conftest put in it (YNN fusions,
+  the tests' fusion emitters), plus `xla_setting`: the crash cases compile as a user's run does.
 
   `fast_compile` skips most XLA optimisations, as the in-process tests do (tests/conftest.py);
   the kernel cases crashed the previous kernel with and without them.
   """
   inherited = [flag for flag in os.environ.get("XLA_FLAGS", "").split()
-               if not flag.startswith(xla_flags.YNN_FUSION_FLAG)]
+               if not flag.startswith((xla_flags.YNN_FUSION_FLAG, TESTS_FUSION_EMITTER_FLAG))]
   env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT),
              XLA_FLAGS=" ".join(inherited + [xla_setting]).strip())
   env["JAX_DISABLE_MOST_OPTIMIZATIONS"] = "true" if fast_compile else "false"
@@ -69,6 +71,11 @@ def test_subprocesses_of_the_tests_compile_fast_unless_a_crash_case_chooses_othe
   assert _run(show, dict(os.environ, JAX_PLATFORMS="cpu")).stdout.strip() == "True"
   assert _run(show, _environment("")).stdout.strip() == "False"
   assert _run(show, _environment("", fast_compile=True)).stdout.strip() == "True"
+  tests_flags = [flag for flag in os.environ.get("XLA_FLAGS", "").split()
+                 if flag.startswith(TESTS_FUSION_EMITTER_FLAG)]
+  on_jaxlib_0_10 = xla_flags._jaxlib_version() == (0, 10)  # pylint: disable=protected-access
+  assert tests_flags == ([f"{TESTS_FUSION_EMITTER_FLAG}=false"] if on_jaxlib_0_10 else [])
+  assert TESTS_FUSION_EMITTER_FLAG not in _environment("")["XLA_FLAGS"]
 
 
 def test_lion_jax_import_switches_ynn_fusions_off_on_jaxlib_0_10_unless_the_user_chose():
@@ -107,8 +114,10 @@ SMALL_DATA = ["--config.num_train_steps=3", "--config.eval_every_steps=3",
               "--config.generate.num_val=16", "--config.generate.num_test=16"]
 
 
-@pytest.mark.parametrize("variant", [pytest.param("lion_d_random", marks=pytest.mark.slow),
-                                     "lion_s_random"])  # one representative in `make test`
+# make test-all: these runs compile with XLA's full optimisations, about 35 s each; make test
+# runs the steep branch's backward pass through the kernel cases above.
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", ["lion_d_random", "lion_s_random"])
 def test_random_init_rows_train_at_runlocal_size_and_write_results(tmp_path, variant):
   workdir = tmp_path / "run"
   _run([sys.executable, "run.py", f"--config=configs/listops.py:{variant},runlocal",
