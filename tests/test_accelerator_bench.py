@@ -98,6 +98,7 @@ class _BudgetOfChecks(accelerator.StageRun):
     return 1.0 if self.calls_left >= 0 else 0.0
 
 
+@pytest.mark.slow  # a budget that cuts a stage short: the test above, in make test
 def test_correctness_cut_short_covers_every_shape_in_float32_first(tmp_path, monkeypatch):
   shape = accelerator.QUICK_CORRECTNESS_SHAPES[0]
   shapes = (shape, dataclasses.replace(shape, name="second shape, L=24, C=8"))
@@ -365,6 +366,7 @@ def test_the_profile_tells_the_chunk_kernels_backward_stages_apart():
       assert any(name.endswith(f"[{stage}]") for name in sources), (stage, sources)
 
 
+@pytest.mark.slow  # a probe's own check; the kernels it compares: tests/ops/test_state_pass.py
 def test_the_state_pass_bench_traces_each_two_way_form_and_restores_the_loop(monkeypatch,
                                                                              capsys):
   """`bench/probes/state_pass.py --two-way` compares the vector kernel's two ways of running the

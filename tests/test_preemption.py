@@ -145,6 +145,7 @@ def test_a_signal_inside_a_step_saves_that_step_and_the_rerun_ends_as_if_never_s
   assert_resumes_to_the_uninterrupted_run(tmp_path, data_dir, uninterrupted, packing, context)
 
 
+@pytest.mark.slow  # the same save and resume as a signal inside a step, in make test
 def test_a_signal_inside_a_validation_saves_the_step_and_the_rerun_validates_it_first(
     data_dir, uninterrupted, tmp_path):
   # Evaluation batches 3 and 4 are the validation after step 10 (16 examples, batches of 8).
