@@ -147,6 +147,11 @@ ABLATION_VARIANTS: dict[str, dict[str, Any]] = {
     # and that feed-through alone at LION's shapes.
     "lion_s5_real_feedthrough": {**_S5_REAL_DECAYS, **_S5_MIXING, "model.v_init": "lecun",
                                  **_S5_D},
+    # S5 with real decays written as LION at S5's shapes, with D, and S5's gain at init, 4(1 − λ)
+    # instead of 1 − λ: at init its mixed tokens are about 6x smaller than S5-real's beside the
+    # same D (Pathfinder `cpu_order`, docs/paper_notes.md §20).
+    "lion_s5_real_s5_gain": {**_S5_REAL_DECAYS, **_S5_MIXING, **_S5_SHAPES, **_S5_D,
+                             "model.key_dim": 1, "model.value_gain": "s5_zoh"},
 }
 
 # Variant groups accepted by `lra.sweep --variants`, in the paper's row order.
@@ -177,7 +182,8 @@ GROUPS: dict[str, tuple[str, ...]] = {
                "lion_s_content_blind", "lion_s_ssm_lr", "lion_s_feedthrough", "lion_d",
                "abl4_unscaled", "lion_s_narrow_state", "lion_s5_real_narrow_state",
                "lion_s5_real_feedthrough", "s5_real_wide_state", "lion_s5_real_narrow_no_d",
-               "lion_s5_selective", "lion_s_s5_form", "lion_s_feedthrough_open"),
+               "lion_s5_selective", "lion_s_s5_form", "lion_s_feedthrough_open",
+               "lion_s5_real_s5_gain"),
 }
 
 # Defaults that changed what a variant's command trains, by the dotted config field: the commit
@@ -233,6 +239,7 @@ LABELS: dict[str, str] = {
     "lion_s5_selective": "S5 written as LION at S5's shapes, with D and LION-S's gate (open)",
     "lion_s_s5_form": "LION-S in S5's form: plain sum, D, two read-outs, gate open, S5's shapes",
     "lion_s_feedthrough_open": "LION-S with D and its gate open at init",
+    "lion_s5_real_s5_gain": "S5 with real decays written as LION, at S5's shapes, D, S5's gain",
     "transformer": "Transformer",
     "s5": "S5",
     "s5_real": "S5, real decays",

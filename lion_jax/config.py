@@ -108,7 +108,9 @@ class ModelConfig:
   output_proj: bool = True
   # Scale on each key's value before mixing: "none", or "one_minus_decay" (v_j ← (1 − λ_j) ⊙ v_j
   # per decay channel): S5's ZOH gain (Λ̄ − 1)/Λ up to the constant Λ, which keeps an unnormalised
-  # (normalize="none") decayed sum at a gain of 1 + λ whatever the memory. Needs a decay.
+  # (normalize="none") decayed sum at a gain of 1 + λ whatever the memory; or "s5_zoh",
+  # v_j ← 4(1 − λ_j) ⊙ v_j: that constant as S5 has it at init (HiPPO-N's Λ = −½ makes its ZOH
+  # gain 2(1 − λ)) times the 2 of its read-out 2·Re(C̃x). Needs a decay.
   value_gain: str = "none"
   # A learnt per-channel feed-through D ⊙ x added to the mixer output, D ~ N(0, 1): S5's D.
   feedthrough: bool = False

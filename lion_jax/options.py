@@ -29,9 +29,10 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "encoder": ("embed", "dense"),
     "positional": ("auto", "none", "sinusoidal"),
     "feature_map": ("silu_norm", "elu1", "sigmoid", "relu", "identity", "constant"),
-    # What multiplies each key's value before mixing (`LionMixer`): nothing, or 1 − λ_j, the
-    # S5/Mamba input gain that keeps an unnormalised decayed sum bounded.
-    "value_gain": ("none", "one_minus_decay"),
+    # What multiplies each key's value before mixing (`LionMixer`): nothing, 1 − λ_j (the
+    # S5/Mamba input gain that keeps an unnormalised decayed sum bounded), or 4(1 − λ_j), the gain
+    # S5 with real decays starts with (`VALUE_GAIN_SCALES` in lion_jax.nn.mixer).
+    "value_gain": ("none", "one_minus_decay", "s5_zoh"),
     "decay": ("lit", "fixed", "selective"),
     "decay_shape": ("scalar", "vector"),
     "decay_param": ("neg_exp", "sigmoid"),

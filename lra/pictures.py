@@ -33,21 +33,21 @@ import numpy as np
 from flax import nnx
 
 from lion_jax.nn.blocks import apply_norm, zero_padding
-from lion_jax.nn.mixer import LionMixer, feature_map
+from lion_jax.nn.mixer import VALUE_GAIN_SCALES, LionMixer, feature_map
 from lion_jax.nn.s5 import S5Mixer
 from lra.metrics import save_figure
 
 
 # --- the maths, per layer, in float64 ----------------------------------------------------------
 
-def lion_mixing(q, k, log_decay, *, normalize: str, value_gain: bool):
+def lion_mixing(q, k, log_decay, *, normalize: str, value_gain: float):
   """LION's token-to-token weights of one example, per value channel.
 
   Args:
     q, k: [L, H, K] features (after φ).
     log_decay: [L, H, V] per-token log-decays (symmetric convention).
     normalize: "after" (rows sum to 1 per channel) or "none".
-    value_gain: multiply key j's weight by 1 − λ_j (`value_gain="one_minus_decay"`).
+    value_gain: c, multiply key j's weight by c(1 − λ_j) (`LionMixer`'s `value_gain`); 0: none.
 
   Returns:
     [H, V, L, L] weights W[h, c, i, j] of value j in output i.
@@ -58,7 +58,7 @@ def lion_mixing(q, k, log_decay, *, normalize: str, value_gain: bool):
   log_mask = -np.abs(cumulative[:, None] - cumulative[None, :])  # [L, L, H, V]
   weights = scores.transpose(1, 2, 0)[..., None] * np.exp(log_mask)  # [L, L, H, V]
   if value_gain:
-    weights = weights * -np.expm1(log_decay)[None]  # key j's gain 1 − λ_j
+    weights = weights * (value_gain * -np.expm1(log_decay))[None]  # key j's gain c(1 − λ_j)
   if normalize == "after":
     weights = weights / weights.sum(axis=1, keepdims=True)
   return weights.transpose(2, 3, 0, 1)  # [H, V, L, L]
@@ -139,7 +139,7 @@ def describe_lion(mixer: LionMixer, x, length: int) -> dict:
         (length, heads, -1) if np.ndim(log_decay) >= 3 else (1, heads, -1)),
         (length, heads, value_dim))
   weights = lion_mixing(q, k, per_token, normalize=config.normalize,
-                        value_gain=config.value_gain == "one_minus_decay")
+                        value_gain=VALUE_GAIN_SCALES.get(config.value_gain, 0.0))
   real = np.tril(np.ones((length, length), bool), -1)  # each pair once
   qk = np.einsum("ihk,jhk->hij", q, k)[:, real]
   base = None

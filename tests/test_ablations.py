@@ -84,6 +84,11 @@ EXPECTED = {
                                  "model.value_gain": "one_minus_decay",
                                  "model.directional_readout": True, "model.v_init": "lecun",
                                  "model.feedthrough": True},
+    "lion_s5_real_s5_gain": {"model.decay": "fixed", "model.fixed_gate": False,
+                             "model.feature_map": "constant", "model.normalize": "none",
+                             "model.value_gain": "s5_zoh", "model.directional_readout": True,
+                             "model.v_init": "lecun", "model.feedthrough": True,
+                             "model.attention_dim": 16, "model.num_heads": 1, "model.key_dim": 1},
 }
 
 

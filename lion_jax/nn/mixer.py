@@ -199,8 +199,9 @@ class LionMixer(nnx.Module):
     key = phi(project(self.k_proj, k), config.feature_map)  # [B, L, H, K]
     value = project(self.v_proj, v)  # [B, L, H, V]
     log_decays = self.scan_log_decays(x)
-    if config.value_gain == "one_minus_decay":
-      value = value * _key_gain(log_decays[0], value.shape)
+    if config.value_gain != "none":
+      value = value * (VALUE_GAIN_SCALES[config.value_gain]
+                       * _key_gain(log_decays[0], value.shape)).astype(value.dtype)
     options = dict(form=config.form if form is None else form, convention=config.convention,
                    normalize=config.normalize, key_mask=mask,
                    chunk_size=config.chunk_size if chunk_size is None else chunk_size,
@@ -221,8 +222,13 @@ class LionMixer(nnx.Module):
     return y
 
 
+# `value_gain` -> c in v_j ← c(1 − λ_j) ⊙ v_j. S5 with real decays starts at c = 4: its ZOH gain
+# (Λ̄ − 1)/Λ is 2(1 − λ̄) at HiPPO-N's Λ = −½, and it reads its states out as 2·Re(C̃x).
+VALUE_GAIN_SCALES = {"one_minus_decay": 1.0, "s5_zoh": 4.0}
+
+
 def _key_gain(log_decay, value_shape):
-  """1 − λ_j for each key and value channel (`value_gain="one_minus_decay"`).
+  """1 − λ_j for each key and value channel (`value_gain` other than "none").
 
   Args:
     log_decay: [H], [H, V], [B, L, H] or [B, L, H, V] as `LionMixer.log_decay` returns.
