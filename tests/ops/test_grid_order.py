@@ -124,13 +124,14 @@ def test_reference_masks_are_the_products_along_each_snake():
                              reference_mask(lam, "code"))
 
 
-# make test: the LRA's vector decays, every form in the snake order and chunk_scan (the
-# training form) in the other; every decay shape, order and form in make test-all.
+# make test: the LRA's vector decays through chunk_scan (the training form) in both orders; every
+# decay shape, order and form in make test-all (tests/ops/test_lion_attention.py checks every
+# form against the definition in make test).
 @pytest.mark.parametrize("decay_kind, scan_order, form", fast_first(
     [(kind, order, form) for kind in DECAY_KINDS for order in ("snake", "snake_outputs")
      for form in FORMS],
-    fast=[("selective_vector", "snake", form) for form in FORMS]
-    + [("selective_vector", "snake_outputs", "chunk_scan")], unpack=True))
+    fast=[("selective_vector", order, "chunk_scan") for order in ("snake", "snake_outputs")],
+    unpack=True))
 def test_every_form_equals_float64_definition(decay_kind, scan_order, form):
   """3×5 grid: every decay shape × convention × normalisation, with and without padded keys."""
   inputs, expected = definition_outputs(decay_kind, scan_order, GRID)
@@ -142,9 +143,10 @@ def test_every_form_equals_float64_definition(decay_kind, scan_order, form):
                                err_msg=f"convention={convention} normalize={normalize}")
 
 
+# make test-all: make test's grid is 3×5 (GRID, above).
 @pytest.mark.parametrize("grid, scan_order", fast_first(
     [(grid, order) for grid in [(5, 3), (4, 4), (1, 6), (6, 1)]
-     for order in ("snake", "snake_outputs", "raster")], fast=[((5, 3), "snake")], unpack=True))
+     for order in ("snake", "snake_outputs", "raster")], fast=[], unpack=True))
 def test_other_grids_equal_the_definition(grid, scan_order):
   """Tall, square and one-row/one-column grids (there one snake is the raster order)."""
   inputs, expected = definition_outputs("selective_vector", scan_order, grid)
@@ -179,15 +181,18 @@ def test_each_snake_uses_its_own_decays():
   """Swapping the two decay sets changes the output: the row snake takes the first."""
   q, k, v, (a_row, a_col), _ = make_inputs(GRID, "fixed_head", low=0.3, high=0.95)
   with jax.enable_x64(True):
-    run = lambda decays: grid_lion_attention(q, k, v, decays, grid=GRID, form="attention")
+    run = jax.jit(lambda decays: grid_lion_attention(q, k, v, decays, grid=GRID, form="attention"))
     assert np.abs(run((a_row, a_col)) - run((a_col, a_row))).max() > 1e-3
 
 
-@pytest.mark.parametrize("decay_kind, scan_order", fast_first(
-    [("selective_vector", "snake"), ("selective_vector", "snake_outputs"),
-     ("selective", "snake"), ("selective", "snake_outputs")], fast=[("selective_vector", "snake")],
-    unpack=True))
-def test_gradients_match_finite_differences_and_agree_between_forms(decay_kind, scan_order):
+# make test: chunk_scan (the training form) in the snake order with the LRA's vector decays; the
+# other forms, orders and selective scalar decays in make test-all.
+@pytest.mark.parametrize("decay_kind, scan_order, form", fast_first(
+    [(kind, order, form) for kind in ("selective_vector", "selective")
+     for order in ("snake", "snake_outputs") for form in FORMS[1:]],
+    fast=[("selective_vector", "snake", "chunk_scan")], unpack=True))
+def test_gradients_match_finite_differences_and_agree_between_forms(decay_kind, scan_order, form):
+  """The full form's float64 gradients equal finite differences, and `form`'s equal them."""
   q, k, v, log_decays, key_mask = make_inputs(GRID, decay_kind, seed=3)
   weights = np.random.default_rng(4).normal(size=v.shape)
 
@@ -200,14 +205,14 @@ def test_gradients_match_finite_differences_and_agree_between_forms(decay_kind, 
     args = tuple(jnp.asarray(x) for x in (q, k, v, *log_decays))
     jax.test_util.check_grads(jax.jit(functools.partial(loss, "attention")), args, order=1,
                               modes=["rev"])
-    expected = jax.grad(functools.partial(loss, "attention"), argnums=range(5))(*args)
-    for form in FORMS[1:]:
-      got = jax.jit(jax.grad(functools.partial(loss, form), argnums=range(5)))(*args)
-      for name, g, e in zip("q k v a_row a_col".split(), got, expected):
-        np.testing.assert_allclose(g, e, rtol=1e-9, atol=1e-10, err_msg=f"{form} d/d{name}")
+    expected = jax.jit(jax.grad(functools.partial(loss, "attention"), argnums=range(5)))(*args)
+    got = jax.jit(jax.grad(functools.partial(loss, form), argnums=range(5)))(*args)
+  for name, g, e in zip("q k v a_row a_col".split(), got, expected):
+    np.testing.assert_allclose(g, e, rtol=1e-9, atol=1e-10, err_msg=f"{form} d/d{name}")
 
 
-@pytest.mark.parametrize("scan_order", ["snake", "snake_outputs"])
+# make test: the snake order; snake_outputs in make test-all.
+@pytest.mark.parametrize("scan_order", fast_first(["snake", "snake_outputs"], fast=["snake"]))
 def test_padded_keys_stay_out_of_both_orders(scan_order):
   """Whatever sits at a masked key (values, keys, decays aside) changes no output."""
   q, k, v, log_decays, key_mask = make_inputs(GRID, "selective_vector", seed=5)
@@ -257,7 +262,8 @@ def reference_rows_128(q, k, v, log_decays, rows, side):
   return (num / 2) / (den[:, None] / 2 + 1e-6)
 
 
-@pytest.mark.parametrize("form", ["chunk_scan", "rnn"])
+# make test: chunk_scan (the training form); the rnn form in make test-all.
+@pytest.mark.parametrize("form", fast_first(["chunk_scan", "rnn"], fast=["chunk_scan"]))
 def test_float32_is_stable_on_the_path_x_grid(form):
   """128×128 (L = 16384): float32 rows and finite gradients, LION-S with scalar decays (~4 s)."""
   side = 128

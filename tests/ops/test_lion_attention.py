@@ -77,16 +77,15 @@ def definition_outputs(decay_kind, length):
 
 
 def definition_grid():
-  """make test: every form, decay kind and option at L = 37 (several chunks, a partial last
-  one); through chunk_scan (the training form) L = 1 and L = 96 (six whole chunks) with the
-  LRA's selective vector decays, and L = 1 with a selective scalar; the rest (L = 7, less than
-  a chunk, too) in make test-all."""
+  """make test: every option at L = 37 (several chunks, a partial last one), in every form with
+  the LRA's selective vector decays and in chunk_scan (the training form) with every decay kind;
+  chunk_scan at L = 1 with a selective scalar; the rest (the other forms with the other decay
+  kinds, L = 7, less than a chunk, and L = 96, six whole chunks, too) in make test-all."""
   for decay_kind in DECAY_KINDS:
     for length in (1, 7, 37, 96):
       for form in FORMS:
-        fast = length == 37 or (form == "chunk_scan" and (
-            (length == 1 and decay_kind in ("selective", "selective_vector"))
-            or (length == 96 and decay_kind == "selective_vector")))
+        fast = (length == 37 and (decay_kind == "selective_vector" or form == "chunk_scan")) or (
+            form == "chunk_scan" and length == 1 and decay_kind == "selective")
         yield (decay_kind, length, form) if fast else pytest.param(
             decay_kind, length, form, marks=pytest.mark.slow)
 
@@ -103,10 +102,9 @@ def test_every_form_equals_float64_definition(decay_kind, length, form):
                                err_msg=f"convention={convention} normalize={normalize}")
 
 
-# make test: the LRA's selective vector decays in both conventions, and a fixed scalar decay
-# (each decay kind and convention in float64 above; every pair in float32: make test-all).
-FLOAT32_FAST = {("fixed_head", "code"), ("selective_vector", "symmetric"),
-                ("selective_vector", "code")}
+# make test: the LRA's selective vector decays in the symmetric convention (each decay kind and
+# convention in float64 above; every pair in float32: make test-all).
+FLOAT32_FAST = {("selective_vector", "symmetric")}
 
 
 @pytest.mark.parametrize("decay_kind,convention", [
@@ -123,6 +121,9 @@ def test_float32_matches_definition(decay_kind, convention):
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5, err_msg=f"form={form}")
 
 
+# make test-all; make test keeps bfloat16 inputs through chunk_scan in LION♮'s snake order
+# (tests/ops/test_grid_order.py, test_bfloat16_inputs_keep_float32_sums).
+@pytest.mark.slow
 def test_bfloat16_inputs_stay_within_documented_tolerance():
   """bf16 q, k, v (8-bit mantissa): decays and sums run in float32, so the error is the inputs'."""
   q, k, v, log_decay, key_mask = make_inputs(96, "selective_vector", seed=2)
@@ -139,10 +140,15 @@ def test_bfloat16_inputs_stay_within_documented_tolerance():
                                err_msg=f"form={form}")
 
 
-@pytest.mark.parametrize("decay_kind", [pytest.param("fixed_head", marks=pytest.mark.slow),
-                                        pytest.param("selective", marks=pytest.mark.slow),
-                                        "selective_vector"])
-def test_gradients_agree_between_forms_and_with_finite_differences(decay_kind):
+# make test: chunk_scan (the training form) with the LRA's selective vector decays; the other
+# forms, and fixed and selective scalar decays, in make test-all.
+@pytest.mark.parametrize("decay_kind, form", [
+    case if case == ("selective_vector", "chunk_scan") else pytest.param(*case,
+                                                                         marks=pytest.mark.slow)
+    for case in ((kind, form) for kind in ("fixed_head", "selective", "selective_vector")
+                 for form in FORMS[1:])])
+def test_gradients_agree_between_forms_and_with_finite_differences(decay_kind, form):
+  """The full form's float64 gradients equal finite differences, and `form`'s equal them."""
   q, k, v, log_decay, key_mask = make_inputs(20, decay_kind, seed=3)  # two chunks, the second partial
   weights = np.random.default_rng(4).normal(size=v.shape)
 
@@ -154,14 +160,16 @@ def test_gradients_agree_between_forms_and_with_finite_differences(decay_kind):
     args = tuple(jnp.asarray(x) for x in (q, k, v, log_decay))
     jax.test_util.check_grads(jax.jit(functools.partial(loss, "attention")), args, order=1,
                               modes=["rev"])
-    expected = jax.grad(functools.partial(loss, "attention"), argnums=(0, 1, 2, 3))(*args)
-    for form in FORMS[1:]:
-      got = jax.jit(jax.grad(functools.partial(loss, form), argnums=(0, 1, 2, 3)))(*args)
-      for name, g, e in zip("q k v log_decay".split(), got, expected):
-        np.testing.assert_allclose(g, e, rtol=1e-9, atol=1e-10, err_msg=f"{form} d/d{name}")
+    expected = jax.jit(jax.grad(functools.partial(loss, "attention"), argnums=(0, 1, 2, 3)))(
+        *args)
+    got = jax.jit(jax.grad(functools.partial(loss, form), argnums=(0, 1, 2, 3)))(*args)
+  for name, g, e in zip("q k v log_decay".split(), got, expected):
+    np.testing.assert_allclose(g, e, rtol=1e-9, atol=1e-10, err_msg=f"{form} d/d{name}")
 
 
-@pytest.mark.parametrize("form", FORMS)
+# make test: chunk_scan (the training form); the other forms in make test-all.
+@pytest.mark.parametrize("form", [form if form == "chunk_scan" else
+                                  pytest.param(form, marks=pytest.mark.slow) for form in FORMS])
 def test_right_padding_with_key_mask_changes_nothing(form):
   q, k, v, log_decay, _ = make_inputs(29, "selective_vector", seed=5)
   pad = 11
@@ -274,6 +282,7 @@ BRANCH_SPANS = {"factored": (2 * W - 0.5, "factored_chunks"),
                 "exact": (2 * W + 0.5, "_exact_vector_block"),
                 "exact_far": (3 * W, "_exact_vector_block")}
 STEEP_TOKENS = ((0, 20, 1, 2), (1, 68, 0, 0), (1, 92, 1, 3))  # 3 of 24 chunks at L = 96
+FEW_STEEP_TOKENS = ((0, 4, 1, 2), (1, 20, 0, 0), (0, 26, 0, 3))  # 3 of 12 chunks at L = 37
 
 
 def test_steep_chunks_are_those_with_a_channel_spanning_more_than_2W_in_either_gate():
@@ -291,6 +300,17 @@ def test_steep_chunks_are_those_with_a_channel_spanning_more_than_2W_in_either_g
   np.testing.assert_array_equal(slots, [3, 7, 12, 12])  # flat [B·H·N] indices, then "none"
 
 
+@functools.lru_cache(maxsize=None)
+def weighted_gradients(form, convention, normalize):
+  """d/d(q, k, v, log λ) of Σ weights·outputs, one jitted function per option set (the weights
+  and key mask are arguments: every call at one shape shares one compile)."""
+  def loss(q, k, v, log_decay, weights, key_mask):
+    out = lion_attention(q, k, v, log_decay, form=form, convention=convention,
+                         normalize=normalize, key_mask=key_mask, chunk_size=CHUNK)
+    return jnp.sum(out * weights)
+  return jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3)))
+
+
 def _assert_exact_with_gradients(q, k, v, log_decay, key_mask, convention="symmetric",
                                  normalizations=("after", "before", "none"), float64=True):
   """chunk_scan in float32 (and float64, to 1e-10) equals the definition, and its float32
@@ -306,25 +326,22 @@ def _assert_exact_with_gradients(q, k, v, log_decay, key_mask, convention="symme
         np.testing.assert_allclose(run(q, k, v, log_decay, key_mask), expected, rtol=1e-10,
                                    atol=1e-10, err_msg=normalize)
   weights = np.random.default_rng(15).normal(size=v.shape)
-  def loss(form, normalize, q, k, v, log_decay):
-    out = lion_attention(q, k, v, log_decay, form=form, convention=convention,
-                         normalize=normalize, key_mask=key_mask, chunk_size=CHUNK)
-    return jnp.sum(out * weights)
   for normalize in normalizations[:1] + normalizations[-1:]:
-    grads = jax.jit(jax.grad(functools.partial(loss, "chunk_scan", normalize),
-                             argnums=(0, 1, 2, 3)))(
-        *(np.asarray(x, np.float32) for x in (q, k, v, log_decay)))
+    grads = weighted_gradients("chunk_scan", convention, normalize)(
+        *(np.asarray(x, np.float32) for x in (q, k, v, log_decay, weights)), key_mask)
     with jax.enable_x64(True):
-      expected_grads = jax.grad(functools.partial(loss, "attention", normalize),
-                                argnums=(0, 1, 2, 3))(*(jnp.asarray(x) for x in (q, k, v, log_decay)))
+      expected_grads = weighted_gradients("attention", convention, normalize)(
+          q, k, v, log_decay, weights, key_mask)
     for name, g, e in zip("q k v log_decay".split(), grads, expected_grads):
       assert np.all(np.isfinite(g)), f"d/d{name}"
       np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-4 * np.abs(e).max(),
                                  err_msg=f"{normalize}: d/d{name}")
 
 
-# make test-all; make test keeps steep trained decays through the kernel
-# (test_decays_as_steep_as_training_makes_them_are_exact).
+# make test-all; make test keeps trained decays through the kernel
+# (test_decays_as_steep_as_training_makes_them_are_exact), a few steep chunks recomputed beside
+# the factored ones (test_guard_sends_chunks_to_the_block_whose_range_holds) and, with
+# gradients, inside the recomputing kernel's segments (tests/ops/test_recomputed.py).
 @pytest.mark.slow
 @pytest.mark.parametrize("steep_log_decay, convention", [(-35.0, "symmetric"), (-1e4, "code")],
                          ids=["steep", "reset"])
@@ -346,9 +363,10 @@ def test_a_few_steep_chunks_are_recomputed_exactly_beside_the_factored_ones(stee
 def test_decays_as_steep_as_training_makes_them_are_exact():
   """Log-decays drawn like those of a LION-S layer trained for 1,000 steps on long ListOps
   (bench/trained_decays.py: per-token log λ with 10% below −1.6, 1% below −9, a few resets
-  below −60): every chunk of 16 steep, halves of 8 mostly not."""
+  below −60; one at this L = 37). In float32 each gate counts −W/2 = −30 at most, so no chunk
+  of 16 spans 2W here: the factored kernel takes every chunk, the reset included."""
   rng = np.random.default_rng(16)
-  q, k, v, _, key_mask = make_inputs(96, "lit", seed=16)
+  q, k, v, _, key_mask = make_inputs(37, "lit", seed=16)
   log_decay = np.log(rng.uniform(0.6, 0.95, v.shape))
   share = rng.uniform(size=v.shape)
   log_decay[share < 0.10] = -rng.uniform(1.6, 9.0, (share < 0.10).sum())
@@ -357,8 +375,10 @@ def test_decays_as_steep_as_training_makes_them_are_exact():
   _assert_exact_with_gradients(q, k, v, log_decay, key_mask, normalizations=("after", "none"))
 
 
-@pytest.mark.parametrize("branch, normalize", [("factored", "after"), ("exact", "after"),
-                                               ("exact_far", "none")])
+# make test: just under and just over 2W; far beyond it, unnormalised, in make test-all.
+@pytest.mark.parametrize("branch, normalize", [
+    ("factored", "after"), ("exact", "after"),
+    pytest.param("exact_far", "none", marks=pytest.mark.slow)])
 def test_vector_chunk_scan_is_exact_on_both_sides_of_the_factored_range(branch, normalize):
   """float32, vector decays: chunks whose log-decays span just under 2W go through the factored
   kernel with factors up to e^{±W}; just over 2W, and far beyond, through the exact masks. All
@@ -383,8 +403,10 @@ def test_guard_sends_chunks_to_the_block_whose_range_holds(monkeypatch, branch):
   outside it: poisoning every other branch with NaN leaves the output finite, while poisoning a
   branch said to be taken (the positive control) turns it into NaN. A few steep chunks take the
   factored kernel with their chunks recomputed (`_steep_outputs`); many take the exact masks."""
-  if branch == "few_steep":
-    q, k, v, log_decay, key_mask = _inputs_with_steep_tokens(-100.0, places=STEEP_TOKENS)
+  if branch == "few_steep":  # the factored inputs' gentle chunks, 3 of 12 made steep
+    q, k, v, log_decay, key_mask = _vector_inputs_spanning(0.5 * W)
+    for batch, start, head, channel in FEW_STEEP_TOKENS:
+      log_decay[batch, start:start + 4, head, channel] = -100.0
     taken = {(factored, "factored_chunks"), (chunkwise, "_steep_outputs")}
   else:
     q, k, v, log_decay, key_mask = _vector_inputs_spanning(BRANCH_SPANS[branch][0])
@@ -426,10 +448,12 @@ def test_vmapped_examples_on_either_side_of_the_range_get_exact_finite_gradients
                                             argnums=(0, 1, 2, 3)))
   values, grads = jax.jit(per_example)(*(np.asarray(x, np.float32) for x in (q, k, v, log_decay)),
                                        key_mask, np.asarray(weights, np.float32))
-  with jax.enable_x64(True):
-    expected_values, expected_grads = jax.vmap(jax.value_and_grad(
-        functools.partial(loss, "attention"), argnums=(0, 1, 2, 3)))(
-            *(jnp.asarray(x) for x in (q, k, v, log_decay)), key_mask, jnp.asarray(weights))
+  with jax.enable_x64(True):  # the full form, example by example
+    expected_values = [np.sum(compiled("attention", "symmetric", "after", True)(
+        q[i], k[i], v[i], log_decay[i], key_mask[i]) * weights[i]) for i in range(len(q))]
+    expected_grads = [np.stack(g) for g in zip(*(
+        weighted_gradients("attention", "symmetric", "after")(
+            q[i], k[i], v[i], log_decay[i], weights[i], key_mask[i]) for i in range(len(q))))]
   np.testing.assert_allclose(values, expected_values, rtol=1e-5)
   for name, g, e in zip("q k v log_decay".split(), grads, expected_grads):
     assert np.all(np.isfinite(g)), f"d/d{name}"
@@ -451,9 +475,9 @@ def test_the_factored_kernel_alone_breaks_beyond_its_range_which_is_why_it_is_gu
   within_chunks = log_decay.reshape(B, 2, CHUNK, H, V).cumsum(2).reshape(log_decay.shape)
   chunked = tuple(map(to_chunks, (q, k, v, within_chunks, within_chunks)))
   nothing_steep = jnp.full((1,), B * H * 2, jnp.int32)
-  out = factored.factored_chunks(*chunked, nothing_steep,
-                                 two_way_states=chunkwise.TWO_WAY_PASSES["scan"], limit=W,
-                                 exact_chunks=chunkwise._exact_chunks)
+  out = jax.jit(functools.partial(factored.factored_chunks,
+                                  two_way_states=chunkwise.TWO_WAY_PASSES["scan"], limit=W,
+                                  exact_chunks=chunkwise._exact_chunks))(*chunked, nothing_steep)
   expected = reference_lion(q, k, v, log_decay, normalize="none")
   out = np.asarray(jnp.moveaxis(out.reshape(B, H, 2 * CHUNK, V), 1, 2))
   if works:
@@ -501,23 +525,24 @@ def test_bidirectional_output_is_forward_recurrence_plus_flipped_one():
 
 
 def test_reversing_inputs_and_realigning_decays_reverses_outputs():
-  q, k, v, log_decay, _ = make_inputs(17, "selective_vector", seed=12)
+  q, k, v, log_decay, _ = make_inputs(37, "selective_vector", seed=12)
+  every_key = np.ones((B, 37), bool)  # keeps all keys; compiled as in test_extreme_decays_...
   flip = lambda x: x[:, ::-1]
   # Symmetric convention: the edge between t-1 and t carries λ_t; reversed, that edge carries
   # the decay now at the later position, i.e. the flipped decays shifted right by one.
   realigned = np.concatenate([np.zeros_like(log_decay[:, :1]), flip(log_decay)[:, :-1]], axis=1)
   with jax.enable_x64(True):
     for form in FORMS:
-      out = compiled(form, "symmetric", "after", False)(q, k, v, log_decay, None)
-      out_reversed = compiled(form, "symmetric", "after", False)(flip(q), flip(k), flip(v),
-                                                                 realigned, None)
+      out = compiled(form, "symmetric", "after", True)(q, k, v, log_decay, every_key)
+      out_reversed = compiled(form, "symmetric", "after", True)(flip(q), flip(k), flip(v),
+                                                                realigned, every_key)
       np.testing.assert_allclose(flip(np.asarray(out_reversed)), out, rtol=1e-10, err_msg=form)
 
 
 def test_vector_normaliser_is_the_decayed_row_sum_of_the_definition():
   """normalize="after" divides each value channel by its own decayed row sum Σ_j (q_i·k_j) M_ij
   (the numerator with v ≡ 1); both sums come from the float64 definition, not from lion_attention."""
-  q, k, v, log_decay, key_mask = make_inputs(15, "selective_vector", seed=13)
+  q, k, v, log_decay, key_mask = make_inputs(37, "selective_vector", seed=13)
   numerator = reference_lion(q, k, v, log_decay, normalize="none", key_mask=key_mask)
   row_sums = reference_lion(q, k, np.ones_like(v), log_decay, normalize="none", key_mask=key_mask)
   assert np.ptp(row_sums, axis=-1).max() > 1e-3  # the channels' decays differ, so do their sums
@@ -613,11 +638,11 @@ def every_option_split(form):
 
 
 def split_grid():
-  """make test: every form with the LRA's selective vector decays at L = 37, and chunk_scan (the
-  training form) with a selective scalar; the other decay kinds in make test-all."""
+  """make test: chunk_scan (the training form) at L = 37 with the LRA's selective vector decays
+  and with a selective scalar; the other forms and decay kinds in make test-all."""
   for decay_kind in DECAY_KINDS:
     for form in FORMS:
-      fast = decay_kind == "selective_vector" or (form == "chunk_scan" and decay_kind == "selective")
+      fast = form == "chunk_scan" and decay_kind in ("selective_vector", "selective")
       yield (decay_kind, form) if fast else pytest.param(decay_kind, form, marks=pytest.mark.slow)
 
 
@@ -646,11 +671,11 @@ def test_the_halves_tell_left_from_right_where_the_sum_cannot():
   halves swap instead: the left half of the reversed sequence is the right half reversed."""
   q, k, v, log_decay, _ = make_inputs(23, "fixed_channel", seed=22)
   flip = lambda x: np.flip(x, 1)
+  run = jax.jit(functools.partial(lion_attention, form="chunk_scan", chunk_size=CHUNK,
+                                  split_directions=True))
   with jax.enable_x64(True):
-    left, right = lion_attention(q, k, v, log_decay, form="chunk_scan", chunk_size=CHUNK,
-                                 split_directions=True)
-    left_r, right_r = lion_attention(flip(q), flip(k), flip(v), log_decay, form="chunk_scan",
-                                     chunk_size=CHUNK, split_directions=True)
+    left, right = run(q, k, v, log_decay)
+    left_r, right_r = run(flip(q), flip(k), flip(v), log_decay)
   np.testing.assert_allclose(left_r, flip(right), rtol=1e-10, atol=1e-12)
   np.testing.assert_allclose(right_r, flip(left), rtol=1e-10, atol=1e-12)
   assert np.max(np.abs(left - right)) > 1e-2  # the halves differ: not a test of zeros
@@ -672,7 +697,8 @@ def test_split_gradients_equal_the_full_forms_and_finite_differences(form):
     args = tuple(jnp.asarray(x) for x in (q, k, v, log_decay))
     jax.test_util.check_grads(jax.jit(functools.partial(loss, form)), args, order=1,
                               modes=["rev"])
-    expected = jax.grad(functools.partial(loss, "attention"), argnums=(0, 1, 2, 3))(*args)
+    expected = jax.jit(jax.grad(functools.partial(loss, "attention"), argnums=(0, 1, 2, 3)))(
+        *args)
     got = jax.jit(jax.grad(functools.partial(loss, form), argnums=(0, 1, 2, 3)))(*args)
   for name, g, e in zip("q k v log_decay".split(), got, expected):
     np.testing.assert_allclose(g, e, rtol=1e-9, atol=1e-10, err_msg=f"{form} d/d{name}")
@@ -747,8 +773,8 @@ def test_causal_chunk_kernel_at_an_accelerators_chunk_length_gives_the_float64_h
   with jax.enable_x64(True):
     gate = jnp.asarray(log_decay)
     kernel = functools.partial(recurrent.causal_chunk_scan, chunk_size=16)
-    halves = recurrent.bidirectional_halves(kernel, q, k, v, gate,
-                                            backward_gate_flipped(gate))
+    halves = jax.jit(lambda *x: recurrent.bidirectional_halves(kernel, *x))(
+        q, k, v, gate, backward_gate_flipped(gate))
   for side, got in zip(("left", "right"), halves):
     want = reference_lion(q, k, v, log_decay, normalize="none", side=side)
     np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10, err_msg=side)
