@@ -127,11 +127,13 @@ def test_s5_mixer_equals_the_definition_in_float64_with_padding(method, options)
         state[k] = nnx.Param(params[k])
       return jnp.sum(nnx.merge(graphdef, state)(u, jnp.asarray(mask)) * weights)
 
-    with_padding = nnx.merge(graphdef, state)(jnp.asarray(u), jnp.asarray(mask))
+    with_padding = jax.jit(lambda u: nnx.merge(graphdef, state)(u, jnp.asarray(mask)))(
+        jnp.asarray(u))
     np.testing.assert_allclose(np.asarray(with_padding) * mask[..., None],
                                s5_reference(params, u, lengths), rtol=1e-10, atol=1e-12)
 
-    grads = jax.grad(loss, argnums=(0, 1))(jax.tree.map(jnp.asarray, params), jnp.asarray(u))
+    grads = jax.jit(jax.grad(loss, argnums=(0, 1)))(jax.tree.map(jnp.asarray, params),
+                                                     jnp.asarray(u))
     reference_loss = lambda p, x: np.sum(s5_reference(p, x, lengths) * weights)
     for seed in range(3):  # directional derivatives along random directions
       d_rng = np.random.default_rng(10 + seed)
@@ -187,6 +189,8 @@ def test_s5_c_init_scales(c_init, mean_square):
   np.testing.assert_allclose(np.mean(np.abs(c) ** 2), mean_square(64, 64), rtol=0.1)
 
 
+# make test: the definition above, whose reference reads both directions; make test-all: this.
+@pytest.mark.slow
 def test_s5_mixer_reads_both_directions():
   mixer = S5Mixer(ModelConfig(**S5_TINY), rngs=nnx.Rngs(0))
   x = jnp.zeros((1, 9, 4)).at[0, 6].set(1.0)
@@ -322,20 +326,22 @@ BASELINES = {
 }
 
 
-# S5's padding is also checked against its definition above; both baselines: make test-all.
-@pytest.mark.parametrize("name", [pytest.param("s5", marks=pytest.mark.slow), "softmax"])
+# make test: each mixer's padding against its definition above; make test-all: both classifiers.
+@pytest.mark.parametrize("name", [pytest.param("s5", marks=pytest.mark.slow),
+                                  pytest.param("softmax", marks=pytest.mark.slow)])
 def test_padding_changes_no_logits_in_a_baseline_classifier(name):
   """One example alone vs padded with garbage: the same logits in train and eval mode."""
   config = ModelConfig(d_model=16, num_layers=2, num_heads=2, **BASELINES[name])
   model = LraClassifier(config, num_classes=5, vocab_size=16, rngs=nnx.Rngs(0))
   tokens = jax.random.randint(jax.random.key(3), (1, 11), 1, 16)
   padded = jnp.concatenate([tokens, jax.random.randint(jax.random.key(4), (1, 9), 0, 16)], axis=1)
+  run = nnx.jit(lambda m, x: m(x, jnp.array([11])))
   for train_mode in (True, False):
     copies = [nnx.clone(model) for _ in range(2)]
     for copy in copies:
       copy.train() if train_mode else copy.eval()
-    short = copies[0](tokens, jnp.array([11]))
-    long = copies[1](padded, jnp.array([11]))
+    short = run(copies[0], tokens)
+    long = run(copies[1], padded)
     np.testing.assert_allclose(np.asarray(long), np.asarray(short), rtol=1e-5, atol=1e-6)
 
 

@@ -271,6 +271,7 @@ def test_default_lion_d_gate_starts_local_and_opens_to_the_hippo_memory(gated):
   np.testing.assert_allclose(half_open.log_decay(x), base + np.log(0.5), rtol=1e-6)
 
 
+@pytest.mark.slow  # make test: LION-S's gate and decays below; make test-all adds LION-D's
 def test_lion_d_gate_and_base_receive_gradients():
   mixer = LionMixer(small(decay="fixed", v_init="lecun"), rngs=nnx.Rngs(0))
   x, mask = mixer_inputs(length=12)
@@ -285,7 +286,9 @@ def test_lion_d_gate_and_base_receive_gradients():
 LITERAL_ZOH = dict(selective_mode="sigmoid_dt", v_init="zoh_diag")
 
 
-@pytest.mark.parametrize("literal", [False, True], ids=["default", "literal_zoh"])
+# make test: the default; make test-all adds the literal ZOH init, which fails both checks.
+@pytest.mark.parametrize("literal", [False, pytest.param(True, marks=pytest.mark.slow)],
+                         ids=["default", "literal_zoh"])
 def test_default_lion_s_mixes_at_unit_scale_and_selects_per_token_at_init(literal):
   """What would have caught the long-ListOps failure: at the LRA preset's width and the paper's
   HiPPO steps, the default mixer's output is at its input's scale (not at Δ's), and its gate
@@ -306,20 +309,28 @@ def test_default_lion_s_mixes_at_unit_scale_and_selects_per_token_at_init(litera
 # --- forms, padding, feature maps, gradients --------------------------------------------------------
 
 
+# make test: the LRA default (selective, vector decays) and LION-LIT; make test-all adds the
+# other decays, normalisations, feature maps and read-outs.
 @pytest.mark.parametrize("overrides", [
+    dict(),  # the LRA default: LION-S with vector decays
     dict(decay="lit", normalize="none", feature_map="sigmoid", output_proj=False),
-    dict(decay="fixed", decay_shape="scalar", decay_param="sigmoid"),
-    dict(decay="fixed"),
-    dict(decay_shape="scalar", selective_mode="log_additive", convention="code"),
-    dict(selective_mode="paper_literal", decay_init="random", feature_map="elu1", key_dim=4),
+    pytest.param(dict(decay="fixed", decay_shape="scalar", decay_param="sigmoid"),
+                 marks=pytest.mark.slow),
+    pytest.param(dict(decay="fixed"), marks=pytest.mark.slow),
+    pytest.param(dict(decay_shape="scalar", selective_mode="log_additive", convention="code"),
+                 marks=pytest.mark.slow),
+    pytest.param(dict(selective_mode="paper_literal", decay_init="random", feature_map="elu1",
+                      key_dim=4), marks=pytest.mark.slow),
     # The ladder's S5-like LION-S: a plain decayed sum with S5's input gain and feed-through.
-    dict(normalize="none", value_gain="one_minus_decay", feedthrough=True),
+    pytest.param(dict(normalize="none", value_gain="one_minus_decay", feedthrough=True),
+                 marks=pytest.mark.slow),
     # Directional read-outs: W_F and W_B over the output's left and right halves.
-    dict(directional_readout=True),
+    pytest.param(dict(directional_readout=True), marks=pytest.mark.slow),
     # LION-S in S5's form (`lion_s_s5_form`): a state narrower than the stream (V = 4 and K = 2
     # a head at M = 16), the plain sum with S5's gain, D, two read-outs, the gate open.
-    dict(attention_dim=8, key_dim=2, normalize="none", value_gain="one_minus_decay",
-         feedthrough=True, directional_readout=True, selective_bias_init=8.0),
+    pytest.param(dict(attention_dim=8, key_dim=2, normalize="none", value_gain="one_minus_decay",
+                      feedthrough=True, directional_readout=True, selective_bias_init=8.0),
+                 marks=pytest.mark.slow),
 ])
 def test_same_parameters_give_the_same_output_in_every_form(overrides):
   # lecun W_v: the ZOH gain (~Δ) would make the mixer output too small for a meaningful check.
@@ -334,6 +345,8 @@ def test_same_parameters_give_the_same_output_in_every_form(overrides):
                                err_msg=form)
 
 
+# make test: the classifiers' padding test (tests/nn/test_models.py); make test-all adds this one.
+@pytest.mark.slow
 def test_padding_content_and_amount_do_not_change_real_outputs():
   mixer = LionMixer(small(v_init="lecun"), rngs=nnx.Rngs(0))
   x, mask = mixer_inputs(batch=1, length=13)
@@ -365,12 +378,22 @@ def test_feature_maps_follow_their_formulas(name):
   if name == "silu_norm":  # positive and unit-norm, so every q·k lies in (0, 1]
     assert y.min() > 0.0
     np.testing.assert_allclose(np.linalg.norm(y, axis=-1), 1.0, rtol=1e-6)
+
+
+# make test: identity, whose q·k take either sign (the default runs in every other test);
+# make test-all adds every other feature map.
+@pytest.mark.parametrize("name", [
+    name if name == "identity" else pytest.param(name, marks=pytest.mark.slow)
+    for name in CHOICES["feature_map"]])
+def test_every_feature_map_gives_finite_mixer_outputs(name):
   out = nnx.jit(lambda m, x, mask: m(x, mask))(LionMixer(small(feature_map=name), rngs=nnx.Rngs(0)),
                                               *mixer_inputs())
   assert np.all(np.isfinite(np.asarray(out)))
 
 
-@pytest.mark.parametrize("mode", ["sigmoid_dt", pytest.param("softplus_dt", marks=pytest.mark.slow),
+# make test: the default gate (log_additive); make test-all adds sigmoid_dt and softplus_dt.
+@pytest.mark.parametrize("mode", [pytest.param("sigmoid_dt", marks=pytest.mark.slow),
+                                  pytest.param("softplus_dt", marks=pytest.mark.slow),
                                   "log_additive"])
 def test_selective_gate_and_decays_receive_gradients(mode):
   mixer = LionMixer(small(selective_mode=mode, v_init="lecun"), rngs=nnx.Rngs(0))
@@ -426,8 +449,10 @@ def test_value_gain_and_feedthrough_follow_their_float64_definition(decay_shape)
   np.testing.assert_allclose(out[real], expected[real], rtol=2e-5, atol=2e-5)
 
 
+# make test: the narrow state (LION-D's decay); make test-all adds LION-S and LION-D at full width.
 @pytest.mark.parametrize("decay,attention_dim", [
-    ("selective", None), pytest.param("fixed", None, marks=pytest.mark.slow),
+    pytest.param("selective", None, marks=pytest.mark.slow),
+    pytest.param("fixed", None, marks=pytest.mark.slow),
     # S5's shape: a state narrower than the residual stream (A = 6 < M = 16, K = V = 3 a head).
     ("fixed", 6)])
 def test_directional_readout_follows_its_float64_definition(decay, attention_dim):
@@ -438,7 +463,8 @@ def test_directional_readout_follows_its_float64_definition(decay, attention_dim
   width = attention_dim or config.d_model  # A = H·V, the state's channels over all heads
   mixer = LionMixer(config, rngs=nnx.Rngs(4))
   x, mask = mixer_inputs(length=13)
-  out = np.asarray(nnx.jit(lambda m, x, mask: m(x, mask, form="chunk_scan"))(mixer, x, mask))
+  run = nnx.jit(lambda m, x, mask: m(x, mask, form="chunk_scan"))
+  out = np.asarray(run(mixer, x, mask))
   batch, length, _ = x.shape
   q, k, v, log_decay, _ = _float64_operands(mixer, x)
   halves = [reference_lion(q, k, v, log_decay, key_mask=np.asarray(mask), side=side)
@@ -464,9 +490,8 @@ def test_directional_readout_follows_its_float64_definition(decay, attention_dim
   tied.out_proj.kernel[...] = mixer.out_proj.kernel[:width]
   tied.out_proj.bias[...] = mixer.out_proj.bias[...]
   mixer.out_proj.kernel[...] = jnp.concatenate([tied.out_proj.kernel[...]] * 2)
-  np.testing.assert_allclose(np.asarray(mixer(x, mask, form="chunk_scan"))[real],
-                             np.asarray(tied(x, mask, form="chunk_scan"))[real],
-                             rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(np.asarray(run(mixer, x, mask))[real],
+                             np.asarray(run(tied, x, mask))[real], rtol=1e-5, atol=1e-6)
 
 
 def test_a_state_narrower_than_the_stream_needs_a_rectangular_value_init():
@@ -492,7 +517,7 @@ def test_value_gain_keeps_a_plain_sum_at_a_gain_below_two_whatever_the_memory():
                    feature_map="constant", output_proj=False, dt_min=dt, dt_max=dt)
     mixer = LionMixer(config, rngs=nnx.Rngs(0))
     x = jnp.ones((1, 1024, config.d_model))
-    out = np.asarray(mixer(x, form="chunk_scan"))  # W_v = I: every value is 1
+    out = np.asarray(nnx.jit(lambda m, x: m(x, form="chunk_scan"))(mixer, x))  # W_v = I: values 1
     lam = np.exp(-dt / 2)
     distances = np.abs(np.arange(1024) - 512)
     np.testing.assert_allclose(out[0, 512], (1 - lam) * np.sum(lam ** distances), rtol=1e-4)

@@ -31,7 +31,7 @@ MODELS = {
 
 
 def build(dual=False, seed=0, **overrides):
-  fields = dict(d_model=16, num_layers=2, dropout=0.0)
+  fields = dict(d_model=16, num_layers=1, dropout=0.0)
   if overrides.get("mixer", "lion") == "lion":  # the ListOps preset's LION, made small
     config = preset("listops", **fields, num_heads=2, chunk_size=8, v_init="lecun", **overrides)
   else:
@@ -94,6 +94,7 @@ def test_packed_examples_get_their_padded_logits_and_gradients(name):
                                                          err_msg=f"{name} {what}"), got, want)
 
 
+@pytest.mark.slow  # make test: the equality above; make test-all adds its negative control
 def test_without_segment_ids_packed_rows_would_mix():
   """Negative control: pooling packed rows per example but mixing whole rows differs."""
   model = build()
@@ -109,6 +110,7 @@ def test_without_segment_ids_packed_rows_would_mix():
   assert not np.allclose(mixed[1:4], alone[1:4], rtol=1e-3)
 
 
+@pytest.mark.slow  # make test: single documents above; make test-all adds the pairs
 def test_retrieval_documents_stay_paired_across_rows():
   """Each Retrieval example's two documents may lie in different rows; the head pairs them."""
   model = build(dual=True)
