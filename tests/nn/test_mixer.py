@@ -430,18 +430,22 @@ def _float64_operands(mixer, x):
   return phi(split(mixer.q_proj)), phi(split(mixer.k_proj)), split(mixer.v_proj), log_decay, x64
 
 
-@pytest.mark.parametrize("decay_shape", ["vector", pytest.param("scalar", marks=pytest.mark.slow)])
-def test_value_gain_and_feedthrough_follow_their_float64_definition(decay_shape):
-  """y = W_o · Σ_j (q_i·k_j) M_ij (1 − λ_j) v_j + D ⊙ x, summed directly in float64."""
+# make test: both gains with vector decays; make test-all adds S5's 1 − λ with scalar decays.
+@pytest.mark.parametrize("decay_shape,value_gain,scale", [
+    ("vector", "one_minus_decay", 1.0), ("vector", "s5_zoh", 4.0),
+    pytest.param("scalar", "one_minus_decay", 1.0, marks=pytest.mark.slow)])
+def test_value_gain_and_feedthrough_follow_their_float64_definition(decay_shape, value_gain, scale):
+  """y = W_o · Σ_j (q_i·k_j) M_ij c(1 − λ_j) v_j + D ⊙ x, summed directly in float64: c = 1 for
+  S5's gain 1 − λ, c = 4 for the gain S5 with real decays starts with."""
   from tests.reference import reference_lion  # pylint: disable=import-outside-toplevel
-  config = small(normalize="none", value_gain="one_minus_decay", feedthrough=True,
+  config = small(normalize="none", value_gain=value_gain, feedthrough=True,
                  decay_shape=decay_shape, v_init="lecun")
   mixer = LionMixer(config, rngs=nnx.Rngs(3))
   x, mask = mixer_inputs(length=13)
   out = np.asarray(nnx.jit(lambda m, x, mask: m(x, mask, form="chunk_scan"))(mixer, x, mask))
   batch, length, _ = x.shape
   q, k, v, log_decay, x64 = _float64_operands(mixer, x)
-  mixed = reference_lion(q, k, v * (1.0 - np.exp(log_decay)), log_decay, normalize="none",
+  mixed = reference_lion(q, k, v * scale * (1.0 - np.exp(log_decay)), log_decay, normalize="none",
                          key_mask=np.asarray(mask))
   expected = (mixed.reshape(batch, length, -1) @ np.asarray(mixer.out_proj.kernel[...], np.float64)
               + np.asarray(mixer.out_proj.bias[...]) + np.asarray(mixer.feedthrough[...]) * x64)
