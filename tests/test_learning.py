@@ -53,12 +53,12 @@ def params(state):
           for path, leaf in nnx.to_flat_state(nnx.state(steps.model_state(state), nnx.Param))}
 
 
-# make test: LION-S. LION-D differs from it only in its decay parameters; LION in the
-# Transformer block only in the block around the mixer; the baselines only in their mixers. Each
-# of these is checked for nonzero gradients on every parameter in tests/nn/test_models.py, and
-# the optimiser's groups in tests/test_train_optim.py; all of them overfit in make test-all.
+# make test: LION-S and S5, the two mixers the ladder compares. LION-D differs from LION-S only
+# in its decay parameters, LION in the Transformer block only in the block around the mixer;
+# they and the softmax baseline overfit in make test-all.
 @pytest.mark.parametrize("name", [
-    name if name == "lion_s" else pytest.param(name, marks=pytest.mark.slow) for name in MODELS])
+    name if name in ("lion_s", "s5") else pytest.param(name, marks=pytest.mark.slow)
+    for name in MODELS])
 def test_overfits_a_fixed_batch_and_moves_every_parameter(name):
   setup, step = train_setup(MODELS[name])
   batch = steps.shard_batch(fixed_batch(), setup.mesh)
