@@ -21,7 +21,8 @@ os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "true")
 # XLA aborts on a flag it does not know, so it is added on 0.10 only. Tests only: a user's run
 # compiles as XLA chooses. Must be set before the first backend starts, as lion_jax's flags are.
 FAST_COMPILE_XLA_FLAG = "--xla_cpu_use_fusion_emitters=false"
-if metadata.version("jaxlib").startswith("0.10."):
+if (metadata.version("jaxlib").startswith("0.10.")
+    and FAST_COMPILE_XLA_FLAG not in os.environ.get("XLA_FLAGS", "")):  # xdist's workers inherit it
   os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {FAST_COMPILE_XLA_FLAG}".strip()
 
 
