@@ -15,7 +15,8 @@ from lra import pictures, resume
 from tests.reference import reference_lion
 
 
-@pytest.mark.parametrize("normalize,value_gain", [("after", False), ("none", True)])
+# value_gain: the factor c of c(1 − λ_j) that `LionMixer.value_gain` names (0: none; 4: "s5_zoh").
+@pytest.mark.parametrize("normalize,value_gain", [("after", 0.0), ("none", 1.0), ("none", 4.0)])
 def test_lion_mixing_weights_applied_to_values_give_the_float64_definition(normalize, value_gain):
   rng = np.random.default_rng(0)
   length, heads, key_dim, value_dim = 7, 2, 3, 4
@@ -25,7 +26,7 @@ def test_lion_mixing_weights_applied_to_values_give_the_float64_definition(norma
   log_decay = -np.abs(rng.normal(size=(length, heads, value_dim)))
   weights = pictures.lion_mixing(q, k, log_decay, normalize=normalize, value_gain=value_gain)
   mixed = np.einsum("hcij,jhc->ihc", weights, v)
-  gained = v * -np.expm1(log_decay) if value_gain else v
+  gained = v * value_gain * -np.expm1(log_decay) if value_gain else v
   expected = reference_lion(q[None], k[None], gained[None], log_decay[None], normalize=normalize,
                             eps=0.0)[0]
   np.testing.assert_allclose(mixed, expected, rtol=1e-12)

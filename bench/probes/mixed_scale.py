@@ -15,33 +15,33 @@ docs/paper_notes.md §20 quotes its default output.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import importlib
+import pathlib
+import sys
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from lion_jax.nn.mixer import LionMixer
-from lion_jax.nn.s5 import S5Mixer
-from lra import train
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
+
+from init_diagnostics import parse_variant  # noqa: E402  (bench/probes/, this script's folder)
+from lion_jax.nn.mixer import LionMixer  # noqa: E402
+from lion_jax.nn.s5 import S5Mixer  # noqa: E402
+from lra import train  # noqa: E402
 
 DEFAULT_VARIANTS = ("s5_real", "s5_real@c_init=lecun_normal", "lion_s5_real_narrow_state",
                     "lion_s5_real_s5_gain", "lion_s_s5_form")
 
 
 def model_config(task: str, preset: str, spec: str):
-  """The ModelConfig of `variant@field=value...` at `preset` for `task`."""
-  variant, *overrides = spec.split("@")
+  """The ModelConfig of `variant@field=value...` at `preset` for `task`, checked as training
+  checks it (a field or value it does not know is its error)."""
+  variant, overrides = parse_variant(spec)
   config = importlib.import_module(f"configs.{task}").get_config(f"{variant},{preset}")
-  model = train.check_config(config)
-  changes = {}
-  for item in overrides:
-    field, value = item.split("=", 1)
-    current = getattr(model, field)
-    changes[field] = type(current)(value) if not isinstance(current, bool) else value == "True"
-  return dataclasses.replace(model, **changes)
+  config.model.update(overrides)
+  return train.check_config(config)
 
 
 def scales(model, length: int, batch: int, seed: int) -> tuple[float, float, float]:

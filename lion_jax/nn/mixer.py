@@ -200,8 +200,9 @@ class LionMixer(nnx.Module):
     value = project(self.v_proj, v)  # [B, L, H, V]
     log_decays = self.scan_log_decays(x)
     if config.value_gain != "none":
-      value = value * (VALUE_GAIN_SCALES[config.value_gain]
-                       * _key_gain(log_decays[0], value.shape)).astype(value.dtype)
+      gain = _key_gain(log_decays[0], value.shape)  # [B, L, H, V]-broadcastable
+      scale = VALUE_GAIN_SCALES[config.value_gain]
+      value = value * (gain if scale == 1.0 else scale * gain)
     options = dict(form=config.form if form is None else form, convention=config.convention,
                    normalize=config.normalize, key_mask=mask,
                    chunk_size=config.chunk_size if chunk_size is None else chunk_size,
