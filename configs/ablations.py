@@ -152,6 +152,13 @@ ABLATION_VARIANTS: dict[str, dict[str, Any]] = {
     # same D (Pathfinder `cpu_order`, docs/paper_notes.md §20).
     "lion_s5_real_s5_gain": {**_S5_REAL_DECAYS, **_S5_MIXING, **_S5_SHAPES, **_S5_D,
                              "model.key_dim": 1, "model.value_gain": "s5_zoh"},
+    # The recipe with S5's complex decays: each decay λ turns by θ a token (S5's Im Λ·Δ at init,
+    # learnt), over 8 complex channels read out by their real and imaginary parts: S5's P = 16
+    # as its 8 conjugate pairs (`lion_jax.ops.rotation`). Outside the paper's LION, whose decays
+    # are real: what S5 has and S5 with real decays lacks on Pathfinder.
+    "lion_s_s5_form_complex": {**_S5_SUM, "model.directional_readout": True, **_S5_SHAPES,
+                               **_S5_D, **_GATE_OPEN, "model.key_dim": 4,
+                               "model.attention_dim": 8, "model.decay_phase": "hippo"},
 }
 
 # Variant groups accepted by `lra.sweep --variants`, in the paper's row order.
@@ -183,7 +190,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
                "abl4_unscaled", "lion_s_narrow_state", "lion_s5_real_narrow_state",
                "lion_s5_real_feedthrough", "s5_real_wide_state", "lion_s5_real_narrow_no_d",
                "lion_s5_selective", "lion_s_s5_form", "lion_s_feedthrough_open",
-               "lion_s5_real_s5_gain"),
+               "lion_s5_real_s5_gain", "lion_s_s5_form_complex"),
 }
 
 # Defaults that changed what a variant's command trains, by the dotted config field: the commit
@@ -240,6 +247,7 @@ LABELS: dict[str, str] = {
     "lion_s_s5_form": "LION-S in S5's form: plain sum, D, two read-outs, gate open, S5's shapes",
     "lion_s_feedthrough_open": "LION-S with D and its gate open at init",
     "lion_s5_real_s5_gain": "S5 with real decays written as LION, at S5's shapes, D, S5's gain",
+    "lion_s_s5_form_complex": "LION-S in S5's form with complex decays λ e^{iθ} (8 complex channels)",
     "transformer": "Transformer",
     "s5": "S5",
     "s5_real": "S5, real decays",

@@ -74,6 +74,11 @@ class ModelConfig:
   decay: str = "selective"
   # "scalar": one λ per head; "vector": one λ per value channel (paper App. C.7; needed on LRA).
   decay_shape: str = "vector"
+  # A rotation per token beside each decay channel's λ, a complex decay λ e^{iθ} as S5's: "none",
+  # or "hippo" (θ learnt, starting at Im(Λ)·Δ of HiPPO-N's eigenvalues, `decay.hippo_phase`). Each
+  # value channel becomes a complex state read out by its real and imaginary parts, so W_o takes
+  # twice the channels (`lion_jax.ops.rotation`). Needs normalize="none" and raster order.
+  decay_phase: str = "none"
   # Parameter of the base decay: "neg_exp" log λ = −exp(ρ) (docs/math.md §5; always in (0,1))
   # or "sigmoid" λ = σ(a) (paper Sec. 3.3 LION-D). Both start from the same λ.
   decay_param: str = "neg_exp"
@@ -199,6 +204,15 @@ class ModelConfig:
       raise ConfigError(f"ModelConfig.value_gain={self.value_gain!r} scales each value by 1 − λ: it "
                         "needs decay='fixed' or 'selective' and scan_order='raster' (got "
                         f"decay={self.decay!r}, scan_order={self.scan_order!r}).")
+    if self.decay_phase != "none" and (self.decay == "lit" or self.normalize != "none"
+                                       or self.scan_order != "raster"
+                                       or self.sequence_axis is not None or not self.output_proj):
+      raise ConfigError(f"ModelConfig.decay_phase={self.decay_phase!r} turns each decay into λ e^{{iθ}}: "
+                        "it needs decay='fixed' or 'selective', normalize='none' (a complex mask "
+                        "has no real row normaliser), scan_order='raster', no sequence_axis and "
+                        f"output_proj=True (got decay={self.decay!r}, normalize={self.normalize!r}, "
+                        f"scan_order={self.scan_order!r}, sequence_axis={self.sequence_axis!r}, "
+                        f"output_proj={self.output_proj!r}).")
     if self.directional_readout and (not self.output_proj or self.scan_order != "raster"
                                      or self.sequence_axis is not None):
       raise ConfigError("ModelConfig.directional_readout=True projects the left and right halves "
@@ -305,7 +319,7 @@ class ModelConfig:
 VALUES_BEFORE_FIELD: dict[str, object] = {"fixed_gate": False, "mixer": "lion",
                                           "positional": "none", "scan_order": "raster",
                                           "value_gain": "none", "feedthrough": False,
-                                          "directional_readout": False,
+                                          "directional_readout": False, "decay_phase": "none",
                                           "ssm_real": False, "ssm_tied_readout": False,
                                           "attention_dim": None}
 
@@ -313,7 +327,7 @@ VALUES_BEFORE_FIELD: dict[str, object] = {"fixed_gate": False, "mixer": "lion",
 # The fields each mixer reads and the others must leave at their defaults (attention_dim serves
 # softmax and LION; dt_min/dt_max, listed under none, serve LION's HiPPO decays and S5's Δ alike).
 MIXER_FIELDS: dict[str, tuple[str, ...]] = {
-    "lion": ("feature_map", "key_dim", "decay", "decay_shape", "decay_param", "selective_mode",
+    "lion": ("feature_map", "key_dim", "decay", "decay_shape", "decay_phase", "decay_param", "selective_mode",
              "selective_bias_init", "fixed_gate", "selective_init_std", "qk_init_std",
              "decay_init", "v_init", "normalize", "convention", "output_proj", "value_gain",
              "feedthrough", "directional_readout", "eps", "form", "chunk_size", "scan_order", "sequence_axis",

@@ -34,6 +34,9 @@ CHOICES: dict[str, tuple[str, ...]] = {
     # S5 with real decays starts with (`VALUE_GAIN_SCALES` in lion_jax.nn.mixer).
     "value_gain": ("none", "one_minus_decay", "s5_zoh"),
     "decay": ("lit", "fixed", "selective"),
+    # A rotation per token beside each decay, λ e^{iθ} as S5's complex eigenvalues
+    # (`lion_jax.ops.rotation`): none, or θ from HiPPO-N's imaginary parts (`decay.hippo_phase`).
+    "decay_phase": ("none", "hippo"),
     "decay_shape": ("scalar", "vector"),
     "decay_param": ("neg_exp", "sigmoid"),
     "selective_mode": ("sigmoid_dt", "softplus_dt", "log_additive", "paper_literal"),

@@ -45,7 +45,7 @@ def reference_mask(decay, convention):
 
 
 def reference_lion(q, k, v, log_decay=None, *, convention="symmetric", normalize="after",
-                   key_mask=None, eps=1e-6, side=None):
+                   key_mask=None, eps=1e-6, side=None, phase=None):
   """LION output by direct summation over queries i and keys j.
 
   Args:
@@ -53,22 +53,27 @@ def reference_lion(q, k, v, log_decay=None, *, convention="symmetric", normalize
     convention, normalize, key_mask, eps: as in `lion_attention`.
     side: None (the output), or "left"/"right": one half of `split_directions`, the numerator
       over the keys j < i (j > i) and half the key j = i, over the whole row's normaliser.
+    phase: None, or [H, V] θ with normalize="none": complex decays λ e^{iθ}, each mask entry
+      times e^{iθ|i−j|} (the same rotation per step in either direction).
 
   Returns:
-    [B, L, H, V] float64.
+    [B, L, H, V] float64 (complex128 with a phase).
   """
   q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
   batch, length, heads, _ = q.shape
   value_dim = v.shape[-1]
   decay = np.exp(expand_log_decay(log_decay, batch, length, heads, value_dim))
   valid = np.ones((batch, length)) if key_mask is None else np.asarray(key_mask, np.float64)
-  out = np.zeros((batch, length, heads, value_dim))
+  out = np.zeros((batch, length, heads, value_dim), np.float64 if phase is None else np.complex128)
+  distance = np.abs(np.arange(length)[:, None] - np.arange(length)[None, :])  # [L(i), L(j)]
   for b in range(batch):
     for h in range(heads):
       mask = reference_mask(decay[b, :, h], convention)  # [L, L, V]
       for i in range(length):
         scores = np.array([q[b, i, h] @ k[b, j, h] * valid[b, j] for j in range(length)])  # [L]
         weights = scores[:, None] * mask[i]  # [L(j), V]
+        if phase is not None:
+          weights = weights * np.exp(1j * distance[i][:, None] * np.asarray(phase)[h])
         share = np.ones(length)
         if side is not None:
           keys = np.arange(length)

@@ -4,6 +4,7 @@
     λ per head or per value channel, fixed or per token            (`lion_jax.ops.decay`)
     y = lion_attention(q, k, v, log λ) W_o                          (paper eq. 16, App. C.7)
     (directional_readout: y = W_F y^F + W_B y^B, the output's left and right halves)
+    (decay_phase: complex decays λ e^{iθ}, y = W_o [Re h, Im h], `lion_jax.ops.rotation`)
     (scan_order="snake"/"snake_outputs": `grid_lion_attention` with one log λ per snake, LION♮)
 
 The module owns parameters and wiring only; the maths is in `lion_jax.ops.attention` (the five
@@ -18,11 +19,15 @@ Parameter names (for optimiser partitions; every decay parameter has "decay" in 
   decay_gate/kernel, decay_gate/bias               [M, H·G], [H·G] selective gate (decay="selective")
   decay_gate                                       [H, G] LION-D's gate logit b, log λ = B + log σ(b)
                                                    (decay="fixed" with fixed_gate)
+  decay_phase                                      [H, G] θ, each decay channel's rotation per
+                                                   token (decay_phase="hippo"); no WD
   column_decay_base, column_decay_gate/...         the column snake's own decay_base and decay_gate
                                                    (scan_order="snake"/"snake_outputs", LION♮;
                                                    decay_base/decay_gate then belong to the row snake)
   out_proj/kernel, out_proj/bias                   [H·V, M], [M] (output_proj=True); [2·H·V, M]
-                                                   with directional_readout: W_F's rows, then W_B's
+                                                   with directional_readout: W_F's rows, then W_B's;
+                                                   each head's V rows twice with decay_phase (Re
+                                                   parts, then Im parts)
   feedthrough                                      [M] S5's D, y += D ⊙ x (feedthrough=True)
 Shapes: B batch, L length, M = d_model, H heads, K key dim, V = A / H value dim (A = attention_dim,
 by default M), G decay channels.
@@ -37,6 +42,7 @@ from flax import nnx
 from lion_jax.ops import decay as decay_lib
 from lion_jax.ops.attention import lion_attention, resolve_residuals
 from lion_jax.ops.barrier import gradient_barrier
+from lion_jax.ops.rotation import rotating_lion_attention
 from lion_jax.config import ModelConfig
 from lion_jax.options import describe
 from lion_jax.ops.grid_order import grid_lion_attention, num_scans
@@ -98,6 +104,8 @@ class LionMixer(nnx.Module):
     log_lambda, gain = decay_lib.init_log_decay(rngs.params(), h, self.groups, init,
                                                 config.dt_min, config.dt_max)  # [H, G] each
     self.decay_base, self.decay_gate = _decay_parameters(config, self.groups, log_lambda, rngs)
+    self.decay_phase = (nnx.Param(decay_lib.hippo_phase(log_lambda))
+                        if config.decay_phase == "hippo" else None)  # [H, G]
     # LION♮ (`lion_jax.ops.grid_order`): the column snake gets its own decays, drawn the same way.
     column = None, None
     if num_scans(config.scan_order) == 2:
@@ -116,7 +124,8 @@ class LionMixer(nnx.Module):
     elif config.v_init == "zoh_lecun":
       self.v_proj.kernel[...] = self.v_proj.kernel[...] * gain[None, :]  # diag(γ) on the state side
     read_outs = 2 if config.directional_readout else 1  # W_o, or W_F and W_B stacked
-    self.out_proj = (nnx.Linear(read_outs * h * v, m, dtype=dtype, rngs=rngs)
+    parts = 2 if self.decay_phase is not None else 1  # Re and Im of a complex state
+    self.out_proj = (nnx.Linear(read_outs * parts * h * v, m, dtype=dtype, rngs=rngs)
                      if config.output_proj else None)
     self.feedthrough = (nnx.Param(jax.random.normal(rngs.params(), (m,)))
                         if config.feedthrough else None)
@@ -209,14 +218,20 @@ class LionMixer(nnx.Module):
                    eps=config.eps, sequence_axis=config.sequence_axis,
                    state_pass=config.state_pass, residuals=config.residuals,
                    segment_ids=segment_ids)
-    if config.directional_readout:  # raster order (config check): y^F and y^B side by side
+    if self.decay_phase is not None:  # [B, L, H, 2V]: Re h, Im h per head (a pair: y^F, y^B)
+      y = rotating_lion_attention(q, key, value, log_decays[0], self.decay_phase[...],
+                                  split_directions=config.directional_readout, **options)
+      if config.directional_readout:
+        y = jnp.concatenate([half.reshape(batch, length, -1) for half in y], axis=-1)
+    elif config.directional_readout:  # raster order (config check): y^F and y^B side by side
       halves = lion_attention(q, key, value, log_decays[0], split_directions=True, **options)
       y = jnp.concatenate([half.reshape(batch, length, h * v) for half in halves], axis=-1)
     else:
       y = grid_lion_attention(q, key, value, log_decays, grid=config.grid,
                               scan_order=config.scan_order,
                               **options)  # [B, L, H, V]; lion_attention for scan_order="raster"
-    y = y.reshape(batch, length, -1)  # [B, L, M] (or [B, L, 2M]: y^F's heads, then y^B's)
+    y = y.reshape(batch, length, -1)  # [B, L, A], [B, L, 2A]: y^F's heads, then y^B's (2A, 4A:
+    # each head's Re h, then its Im h, with decay_phase)
     y = self.out_proj(y) if self.out_proj is not None else y
     if self.feedthrough is not None:
       y = y + self.feedthrough[...].astype(y.dtype) * x

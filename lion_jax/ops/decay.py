@@ -136,6 +136,26 @@ def hippo_moduli(count: int):
   return np.sort(np.abs(eigenvalues[eigenvalues.imag > 0]))
 
 
+def hippo_phase(log_lambda):
+  """The rotation per token θ = Im(Λ)·Δ of each decay channel, as S5 starts its complex states.
+
+  S5's LRA presets (and ours, P = 16 states in J = 8 blocks) initialise Λ block by block with
+  HiPPO-N of size P/J = 2, whose eigenvalues are −½ ± i√3/2, and keep one of the pair: every state
+  starts at Λ = −½ − i√3/2 and differs only in its step Δ. A channel's Δ follows from its
+  log-decay as the HiPPO init draws it, log λ = Λ_re·Δ, so θ = Im(Λ)·log λ / Λ_re = √3·log λ: the
+  channel turns as S5's state of the same modulus does at init.
+
+  Args:
+    log_lambda: [H, G] base log-decays at init.
+
+  Returns:
+    float32 [H, G] θ (negative, as S5's kept eigenvalue; the sign only chooses the direction).
+  """
+  eigenvalues, _ = hippo_n(2)
+  omega = float(eigenvalues.imag[0])  # −√3/2, the half of the conjugate pair S5 keeps
+  return (omega / HIPPO_REAL * log_lambda).astype(jnp.float32)
+
+
 def to_param(log_lambda, decay_param: str):
   """The base-decay parameter that represents `log_lambda` (inverse of `base_log_decay`).
 
