@@ -97,6 +97,10 @@ class ModelConfig:
   # Standard deviation of the selective gate weights and of W_q, W_k at init (paper D.2: 0.1).
   selective_init_std: float = 0.1
   qk_init_std: float = 0.1
+  # W_o starts LeCun-normal times this (truncated normal of std scale/√fan-in): how large the
+  # mixed tokens start beside the residual stream (docs/paper_notes.md §20: S5's read-out C
+  # starts them about 7x larger than LION's W_o at 1).
+  out_proj_init_scale: float = 1.0
   # Base decay init: "hippo" (log λ = −Δ/2, Δ log-uniform in [dt_min, dt_max]), "s4d_real"
   # (log λ = −(n+1)Δ) or "random" (λ = σ(N(0, 1)), the "w/o HiPPO" rows of Table 3).
   decay_init: str = "hippo"
@@ -197,6 +201,9 @@ class ModelConfig:
     if not 0.0 < self.dt_min <= self.dt_max:
       raise ConfigError(f"ModelConfig.dt_min={self.dt_min!r} and dt_max={self.dt_max!r} must satisfy "
                        "0 < dt_min <= dt_max.")
+    if not self.out_proj_init_scale > 0:
+      raise ConfigError(f"ModelConfig.out_proj_init_scale={self.out_proj_init_scale!r} must be "
+                        "positive (1 is LeCun-normal).")
     if self.input_std <= 0:
       raise ConfigError(f"ModelConfig.input_std={self.input_std!r} must be positive.")
     self._check_grid()
@@ -320,6 +327,7 @@ VALUES_BEFORE_FIELD: dict[str, object] = {"fixed_gate": False, "mixer": "lion",
                                           "positional": "none", "scan_order": "raster",
                                           "value_gain": "none", "feedthrough": False,
                                           "directional_readout": False, "decay_phase": "none",
+                                          "out_proj_init_scale": 1.0,
                                           "ssm_real": False, "ssm_tied_readout": False,
                                           "attention_dim": None}
 
@@ -328,7 +336,7 @@ VALUES_BEFORE_FIELD: dict[str, object] = {"fixed_gate": False, "mixer": "lion",
 # softmax and LION; dt_min/dt_max, listed under none, serve LION's HiPPO decays and S5's Δ alike).
 MIXER_FIELDS: dict[str, tuple[str, ...]] = {
     "lion": ("feature_map", "key_dim", "decay", "decay_shape", "decay_phase", "decay_param", "selective_mode",
-             "selective_bias_init", "fixed_gate", "selective_init_std", "qk_init_std",
+             "selective_bias_init", "fixed_gate", "selective_init_std", "qk_init_std", "out_proj_init_scale",
              "decay_init", "v_init", "normalize", "convention", "output_proj", "value_gain",
              "feedthrough", "directional_readout", "eps", "form", "chunk_size", "scan_order", "sequence_axis",
              "state_pass", "residuals", "attention_dim"),

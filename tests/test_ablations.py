@@ -89,6 +89,11 @@ EXPECTED = {
                              "model.value_gain": "s5_zoh", "model.directional_readout": True,
                              "model.v_init": "lecun", "model.feedthrough": True,
                              "model.attention_dim": 16, "model.num_heads": 1, "model.key_dim": 1},
+    "lion_s_s5_form_complex": {"model.normalize": "none", "model.value_gain": "one_minus_decay",
+                               "model.selective_bias_init": 8.0, "model.directional_readout": True,
+                               "model.v_init": "lecun", "model.feedthrough": True,
+                               "model.attention_dim": 8, "model.num_heads": 1, "model.key_dim": 4,
+                               "model.decay_phase": "hippo"},
 }
 
 
@@ -238,13 +243,14 @@ def _one_step(task, variant, tmp_path):
 
 
 # Fast: a train step for the selective and the fixed decay families and the scalar decay shape
-# on three tasks, and `lion_s_s5_form`, which takes the directional read-outs, the plain sum, the
-# feed-through and a state narrower than the stream through the trainer. Every variant on every
+# on three tasks, and `lion_s_s5_form_complex`, which takes the directional read-outs, the plain
+# sum, the feed-through, a state narrower than the stream and complex decays through the trainer
+# (`lion_s_s5_form` is the same without the rotations). Every variant on every
 # task in make test-all (each variant's fields are checked above, fast; the feature maps,
 # selective gates and normalisations each variant switches are checked against their formulas
 # in tests/nn/test_mixer.py and tests/ops).
 FAST = [("listops", "lion_s"), ("text", "lion_d"), ("pathfinder", "abl3_scalar_decay"),
-        ("listops", "lion_s_s5_form")]
+        ("pathfinder", "lion_s_s5_form_complex")]
 SLOW = [pytest.param(t, v, marks=pytest.mark.slow) for t in common.TASKS for v in EXPECTED
         if (t, v) not in FAST]
 

@@ -125,7 +125,10 @@ class LionMixer(nnx.Module):
       self.v_proj.kernel[...] = self.v_proj.kernel[...] * gain[None, :]  # diag(γ) on the state side
     read_outs = 2 if config.directional_readout else 1  # W_o, or W_F and W_B stacked
     parts = 2 if self.decay_phase is not None else 1  # Re and Im of a complex state
-    self.out_proj = (nnx.Linear(read_outs * parts * h * v, m, dtype=dtype, rngs=rngs)
+    scale = config.out_proj_init_scale  # 1: nnx.Linear's own LeCun-normal, drawn as before
+    out_init = ({} if scale == 1.0 else dict(kernel_init=nnx.initializers.variance_scaling(
+        scale ** 2, "fan_in", "truncated_normal")))
+    self.out_proj = (nnx.Linear(read_outs * parts * h * v, m, dtype=dtype, rngs=rngs, **out_init)
                      if config.output_proj else None)
     self.feedthrough = (nnx.Param(jax.random.normal(rngs.params(), (m,)))
                         if config.feedthrough else None)

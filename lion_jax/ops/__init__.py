@@ -11,6 +11,7 @@
   context_parallel  `chunk_scan` with the sequence split over devices
   segments          packed rows: several examples in one row
   grid_order        LION♮: decays along snake orders of an image
+  rotation          complex decays λ e^{iθ}: the plain sum with a rotation per token
   barrier           XLA:CPU's gradient barrier
 
 Which function runs, and the measurement that chose it (docs/benchmarks.md §N):

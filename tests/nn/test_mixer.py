@@ -331,6 +331,10 @@ def test_default_lion_s_mixes_at_unit_scale_and_selects_per_token_at_init(litera
     pytest.param(dict(attention_dim=8, key_dim=2, normalize="none", value_gain="one_minus_decay",
                       feedthrough=True, directional_readout=True, selective_bias_init=8.0),
                  marks=pytest.mark.slow),
+    # and with complex decays (`lion_s_s5_form_complex`).
+    pytest.param(dict(attention_dim=8, key_dim=2, normalize="none", value_gain="one_minus_decay",
+                      feedthrough=True, directional_readout=True, selective_bias_init=8.0,
+                      decay_phase="hippo"), marks=pytest.mark.slow),
 ])
 def test_same_parameters_give_the_same_output_in_every_form(overrides):
   # lecun W_v: the ZOH gain (~Δ) would make the mixer output too small for a meaningful check.
@@ -496,6 +500,55 @@ def test_directional_readout_follows_its_float64_definition(decay, attention_dim
   mixer.out_proj.kernel[...] = jnp.concatenate([tied.out_proj.kernel[...]] * 2)
   np.testing.assert_allclose(np.asarray(run(mixer, x, mask))[real],
                              np.asarray(run(tied, x, mask))[real], rtol=1e-5, atol=1e-6)
+
+
+def test_complex_decays_follow_their_float64_definition():
+  """decay_phase="hippo": each half h = Σ_j (q_i·k_j) M_ij e^{iθ|i−j|} (1 − λ_j) v_j over its side's
+  keys, summed directly in float64; W_F and W_B read each head's Re h, then its Im h; D ⊙ x."""
+  from tests.reference import reference_lion  # pylint: disable=import-outside-toplevel
+  config = small(normalize="none", value_gain="one_minus_decay", feedthrough=True,
+                 v_init="lecun", directional_readout=True, decay_phase="hippo", attention_dim=8,
+                 key_dim=2, selective_bias_init=8.0)
+  mixer = LionMixer(config, rngs=nnx.Rngs(5))
+  theta = np.asarray(mixer.decay_phase[...], np.float64)  # [H, V]
+  lam = np.exp(np.asarray(decay_lib.base_log_decay(mixer.decay_base[...], config.decay_param)))
+  np.testing.assert_allclose(theta, np.sqrt(3) * np.log(lam), rtol=1e-4)  # S5's Im Λ·Δ at init
+  mixer.decay_phase[...] = jnp.asarray(np.linspace(-2.0, 2.0, theta.size).reshape(theta.shape))
+  x, mask = mixer_inputs(length=13)
+  out = np.asarray(nnx.jit(lambda m, x, mask: m(x, mask, form="chunk_scan"))(mixer, x, mask))
+  batch, length, _ = x.shape
+  q, k, v, log_decay, x64 = _float64_operands(mixer, x)
+  phase = np.asarray(mixer.decay_phase[...], np.float64)
+  halves = [reference_lion(q, k, v * (1.0 - np.exp(log_decay)), log_decay, normalize="none",
+                           key_mask=np.asarray(mask), side=side, phase=phase)
+            for side in ("left", "right")]  # [B, L, H, V] complex each
+  read = np.concatenate([np.concatenate([h.real, h.imag], axis=-1).reshape(batch, length, -1)
+                         for h in halves], axis=-1)  # [B, L, 2·H·2V]
+  kernel = np.asarray(mixer.out_proj.kernel[...], np.float64)
+  assert kernel.shape == (2 * 2 * 8, config.d_model)
+  expected = (read @ kernel + np.asarray(mixer.out_proj.bias[...])
+              + np.asarray(mixer.feedthrough[...]) * x64)
+  real = np.asarray(mask)
+  np.testing.assert_allclose(out[real], expected[real], rtol=2e-5, atol=2e-5)
+
+
+def test_out_proj_init_scale_multiplies_the_lecun_normal_read_out():
+  """1 draws nnx.Linear's own W_o, bit for bit; 3 draws it three times as large."""
+  plain = LionMixer(small(), rngs=nnx.Rngs(6)).out_proj.kernel[...]
+  default = nnx.Linear(16, 16, rngs=nnx.Rngs(0)).kernel[...]  # fan-in 16: std 1/4
+  assert np.std(np.asarray(plain)) == pytest.approx(np.std(np.asarray(default)), rel=0.3)
+  same = LionMixer(small(out_proj_init_scale=1.0), rngs=nnx.Rngs(6)).out_proj.kernel[...]
+  np.testing.assert_array_equal(plain, same)
+  large = LionMixer(small(out_proj_init_scale=3.0), rngs=nnx.Rngs(6)).out_proj.kernel[...]
+  assert np.std(np.asarray(large)) == pytest.approx(3 * np.std(np.asarray(plain)), rel=0.3)
+  with pytest.raises(ConfigError, match="out_proj_init_scale=0.0 must be positive"):
+    small(out_proj_init_scale=0.0)
+
+
+def test_complex_decays_name_what_they_need():
+  with pytest.raises(ConfigError, match=r"decay_phase='hippo' turns each decay into λ e\^\{iθ\}: it "
+                     r"needs .*normalize='none' .*got decay='selective', normalize='after'"):
+    small(decay_phase="hippo")
 
 
 def test_a_state_narrower_than_the_stream_needs_a_rectangular_value_init():

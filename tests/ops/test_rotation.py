@@ -1,0 +1,169 @@
+"""The specification of complex decays λ e^{iθ} (`rotating_lion_attention`).
+
+Every form equals the float64 definition h_i = Σ_j (q_i·k_j) M_ij e^{iθ|i−j|} v_j summed entry by
+entry (`tests/reference.py`), each half of it too, with padding, packed rows, gradients, and at
+L = 16,384 in float32.
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import jax.test_util
+import numpy as np
+import pytest
+
+from lion_jax.ops.rotation import rotating_lion_attention
+from tests.ops.test_lion_attention import make_inputs
+from tests.reference import reference_lion
+
+FORMS = ("attention", "rnn", "scan", "chunk", "chunk_scan")
+CHUNK = 8
+V = 4
+
+
+def make_phase(decay_kind, heads=2, seed=0):
+  """θ per head ([H, 1]) for decays per head, per value channel ([H, V]) for vector decays:
+  rotations of up to 2 rad a token, so that pairs a few tokens apart turn by whole circles."""
+  groups = V if decay_kind in ("fixed_channel", "selective_vector") else 1
+  return np.random.default_rng(seed).uniform(-2.0, 2.0, (heads, groups))
+
+
+def as_complex(out):
+  """[..., 2V] (Re parts, then Im parts) -> [..., V] complex."""
+  return out[..., :V] + 1j * out[..., V:]
+
+
+@functools.lru_cache(maxsize=None)
+def both_ways(form):
+  """The whole output and its two halves, in one jitted function."""
+  def run(q, k, v, log_decay, phase, key_mask):
+    options = dict(form=form, chunk_size=CHUNK, key_mask=key_mask)
+    whole = rotating_lion_attention(q, k, v, log_decay, phase, **options)
+    halves = rotating_lion_attention(q, k, v, log_decay, phase, split_directions=True, **options)
+    return whole, halves
+  return jax.jit(run)
+
+
+def grid():
+  """make test: every form with the LRA's selective vector decays; the other decay kinds in
+  chunk_scan, the training form, in make test-all."""
+  for decay_kind in ("selective_vector", "selective", "fixed_channel", "fixed_head"):
+    for form in FORMS:
+      fast = decay_kind == "selective_vector"
+      yield (decay_kind, form) if fast else pytest.param(decay_kind, form,
+                                                         marks=pytest.mark.slow)
+
+
+@pytest.mark.parametrize("decay_kind,form", list(grid()))
+def test_every_form_equals_the_float64_complex_definition(decay_kind, form):
+  """Whole and halves (keys left of the query with half its own, and right), a key mask in row 1."""
+  q, k, v, log_decay, key_mask = make_inputs(19, decay_kind, seed=31)
+  key_mask[0] = True
+  phase = make_phase(decay_kind)
+  with jax.enable_x64(True):
+    whole, (left, right) = both_ways(form)(q, k, v, log_decay, phase, key_mask)
+  per_channel = np.broadcast_to(phase, (2, V))
+  for side, got in ((None, whole), ("left", left), ("right", right)):
+    want = reference_lion(q, k, v, log_decay, normalize="none", key_mask=key_mask, side=side,
+                          phase=per_channel)
+    np.testing.assert_allclose(as_complex(np.asarray(got)), want, rtol=1e-10, atol=1e-10,
+                               err_msg=f"side={side}")
+  # Not a test of real numbers: the rotations give the output an imaginary part as large as its
+  # real one, and change the real part too.
+  real_only = reference_lion(q, k, v, log_decay, normalize="none", key_mask=key_mask)
+  assert np.abs(want.imag).mean() > 0.3 * np.abs(want.real).mean()
+  assert np.abs(as_complex(np.asarray(whole)).real - real_only).max() > 0.1
+
+
+def test_a_zero_phase_is_the_real_plain_sum_with_a_zero_imaginary_part():
+  q, k, v, log_decay, key_mask = make_inputs(13, "selective_vector", seed=32)
+  with jax.enable_x64(True):
+    got = rotating_lion_attention(q, k, v, log_decay, np.zeros((2, V)), form="chunk_scan",
+                                  chunk_size=CHUNK, key_mask=key_mask)
+  want = reference_lion(q, k, v, log_decay, normalize="none", key_mask=key_mask)
+  np.testing.assert_allclose(np.asarray(got)[..., :V], want, rtol=1e-12, atol=1e-12)
+  np.testing.assert_allclose(np.asarray(got)[..., V:], 0.0, atol=1e-12)
+
+
+# make test: chunk_scan, the training form; make test-all adds the recurrence.
+@pytest.mark.parametrize("form", ["chunk_scan", pytest.param("rnn", marks=pytest.mark.slow)])
+def test_gradients_equal_the_full_forms_and_finite_differences(form):
+  """Through q, k, v, log λ and θ, of both halves."""
+  q, k, v, log_decay, key_mask = make_inputs(14, "selective_vector", seed=33)
+  phase = make_phase("selective_vector", seed=34)
+  rng = np.random.default_rng(35)
+  weights = rng.normal(size=v.shape[:-1] + (2 * V,)), rng.normal(size=v.shape[:-1] + (2 * V,))
+
+  def loss(form, q, k, v, log_decay, phase):
+    halves = rotating_lion_attention(q, k, v, log_decay, phase, form=form, chunk_size=CHUNK,
+                                     key_mask=key_mask, split_directions=True)
+    return sum(jnp.sum(half * w) for half, w in zip(halves, weights))
+
+  with jax.enable_x64(True):
+    args = tuple(jnp.asarray(x) for x in (q, k, v, log_decay, phase))
+    jax.test_util.check_grads(jax.jit(functools.partial(loss, form)), args, order=1,
+                              modes=["rev"])
+    expected = jax.jit(jax.grad(functools.partial(loss, "attention"),
+                                argnums=(0, 1, 2, 3, 4)))(*args)
+    got = jax.jit(jax.grad(functools.partial(loss, form), argnums=(0, 1, 2, 3, 4)))(*args)
+  for name, g, e in zip("q k v log_decay phase".split(), got, expected):
+    assert np.abs(e).max() > 0, name
+    np.testing.assert_allclose(g, e, rtol=1e-9, atol=1e-10, err_msg=f"{form} d/d{name}")
+
+
+def test_packed_rows_equal_each_example_alone():
+  """An example's rotations do not depend on where in the row it starts."""
+  q, k, v, log_decay, _ = make_inputs(30, "selective_vector", seed=36, batch=1)
+  phase = make_phase("selective_vector", seed=37)
+  segment_ids = np.repeat([[1, 2, 3]], [11, 13, 6], axis=1)
+  run = jax.jit(functools.partial(rotating_lion_attention, form="chunk_scan", chunk_size=CHUNK,
+                                  split_directions=True))
+  with jax.enable_x64(True):
+    packed = run(q, k, v, log_decay, phase, segment_ids=segment_ids)
+    for start, stop in ((0, 11), (11, 24), (24, 30)):
+      alone = run(*(x[:, start:stop] for x in (q, k, v, log_decay)), phase)
+      for got, want in zip(packed, alone):
+        np.testing.assert_allclose(got[:, start:stop], want, rtol=1e-10, atol=1e-10)
+
+
+def test_float32_at_length_16384_is_within_the_rounding_of_the_angles():
+  """Path-X length: sampled rows equal the float64 definition to about 1e-7·|Θ| (the float32
+  rounding of θ·i, here up to 0.1·16,383 rad), and gradients are finite."""
+  length, rows = 16384, [0, 7, 9000, 16383]
+  rng = np.random.default_rng(38)
+  q = rng.uniform(0.05, 1.0, (1, length, 1, 2)).astype(np.float32)
+  k = rng.uniform(0.05, 1.0, (1, length, 1, 2)).astype(np.float32)
+  v = rng.normal(size=(1, length, 1, V)).astype(np.float32)
+  log_decay = np.log(rng.uniform(0.9, 0.9999, (1, length, 1, V))).astype(np.float32)
+  log_decay[0, 3000:3010] = -40.0
+  phase = rng.uniform(-0.1, 0.1, (1, V)).astype(np.float32)
+
+  def loss(q, k, v, log_decay, phase):
+    out = rotating_lion_attention(q, k, v, log_decay, phase, form="chunk_scan", chunk_size=64)
+    return jnp.sum(out ** 2), out
+
+  (_, out), grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4), has_aux=True))(
+      q, k, v, log_decay, phase)
+  assert all(np.all(np.isfinite(g)) for g in grads)
+  decay = np.exp(log_decay[0, :, 0].astype(np.float64))  # [L, V]
+  q64, k64, v64 = (np.asarray(x[0, :, 0], np.float64) for x in (q, k, v))
+  turn = np.asarray(phase[0], np.float64)  # [V]
+  for i in rows:  # the mask of row i by running products outwards from it
+    mask = np.ones((length, V), np.complex128)
+    for j in range(i - 1, -1, -1):
+      mask[j] = mask[j + 1] * decay[j + 1] * np.exp(1j * turn)
+    for j in range(i + 1, length):
+      mask[j] = mask[j - 1] * decay[j] * np.exp(1j * turn)
+    want = ((k64 @ q64[i])[:, None] * mask * v64).sum(0)  # [V]
+    scale = np.abs(want).max()
+    np.testing.assert_allclose(as_complex(np.asarray(out[0, i, 0], np.float64)), want,
+                               rtol=0, atol=2e-4 * scale, err_msg=f"row {i}")
+
+
+def test_only_the_plain_sum_and_fitting_phases_are_accepted():
+  q, k, v, log_decay, _ = make_inputs(5, "selective_vector")
+  with pytest.raises(ValueError, match="needs normalize='none' .* would be complex"):
+    rotating_lion_attention(q, k, v, log_decay, np.zeros((2, V)), normalize="after")
+  with pytest.raises(ValueError, match=r"phase must be \[H, G\] = \[2, 1 or 4\]"):
+    rotating_lion_attention(q, k, v, log_decay, np.zeros((2, 3)))
