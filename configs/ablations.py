@@ -159,6 +159,15 @@ ABLATION_VARIANTS: dict[str, dict[str, Any]] = {
     "lion_s_s5_form_complex": {**_S5_SUM, "model.directional_readout": True, **_S5_SHAPES,
                                **_S5_D, **_GATE_OPEN, "model.key_dim": 4,
                                "model.attention_dim": 8, "model.decay_phase": "hippo"},
+    # S5 written as LION with complex decays: `lion_s5_real_narrow_state` over 8 complex channels
+    # (S5's P = 16), and S5's scale at init, its gain 4(1 − λ) and a read-out as large as its C
+    # (mixed tokens of std 0.40 beside D on Pathfinder `cpu_order`, S5's 0.39; `bench/probes/
+    # mixed_scale.py`). Each value channel is then one of S5's complex states, but with a real
+    # input: W_v is real where S5's B̃ is complex.
+    "lion_s5_complex": {**_S5_REAL_DECAYS, **_S5_MIXING, **_S5_SHAPES, **_S5_D,
+                        "model.key_dim": 1, "model.attention_dim": 8,
+                        "model.decay_phase": "hippo", "model.value_gain": "s5_zoh",
+                        "model.out_proj_init_scale": 2.6},
 }
 
 # Variant groups accepted by `lra.sweep --variants`, in the paper's row order.
@@ -190,7 +199,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
                "abl4_unscaled", "lion_s_narrow_state", "lion_s5_real_narrow_state",
                "lion_s5_real_feedthrough", "s5_real_wide_state", "lion_s5_real_narrow_no_d",
                "lion_s5_selective", "lion_s_s5_form", "lion_s_feedthrough_open",
-               "lion_s5_real_s5_gain", "lion_s_s5_form_complex"),
+               "lion_s5_real_s5_gain", "lion_s_s5_form_complex", "lion_s5_complex"),
 }
 
 # Defaults that changed what a variant's command trains, by the dotted config field: the commit
@@ -248,6 +257,7 @@ LABELS: dict[str, str] = {
     "lion_s_feedthrough_open": "LION-S with D and its gate open at init",
     "lion_s5_real_s5_gain": "S5 with real decays written as LION, at S5's shapes, D, S5's gain",
     "lion_s_s5_form_complex": "LION-S in S5's form with complex decays λ e^{iθ} (8 complex channels)",
+    "lion_s5_complex": "S5 written as LION: complex decays, S5's shapes, D and scale at init",
     "transformer": "Transformer",
     "s5": "S5",
     "s5_real": "S5, real decays",
