@@ -159,6 +159,18 @@ ABLATION_VARIANTS: dict[str, dict[str, Any]] = {
     "lion_s_s5_form_complex": {**_S5_SUM, "model.directional_readout": True, **_S5_SHAPES,
                                **_S5_D, **_GATE_OPEN, "model.key_dim": 4,
                                "model.attention_dim": 8, "model.decay_phase": "hippo"},
+    # and with S5's scale at init as well: its gain 4(1 − λ) and a read-out 2.8x LeCun-normal, so
+    # that the mixed tokens start as large as S5's beside D (std 0.39 on Pathfinder `cpu_order`,
+    # against 0.035 without; `bench/probes/mixed_scale.py`);
+    "lion_s_s5_form_complex_s5_scale": {**_S5_SUM, "model.directional_readout": True,
+                                        **_S5_SHAPES, **_S5_D, **_GATE_OPEN, "model.key_dim": 4,
+                                        "model.attention_dim": 8, "model.decay_phase": "hippo",
+                                        "model.value_gain": "s5_zoh",
+                                        "model.out_proj_init_scale": 2.8},
+    # and its control with real decays: the recipe at S5's scale at init (W_o 1.7x: 0.40).
+    "lion_s_s5_form_s5_scale": {**_S5_SUM, "model.directional_readout": True, **_S5_SHAPES,
+                                **_S5_D, **_GATE_OPEN, "model.key_dim": 4,
+                                "model.value_gain": "s5_zoh", "model.out_proj_init_scale": 1.7},
     # S5 written as LION with complex decays: `lion_s5_real_narrow_state` over 8 complex channels
     # (S5's P = 16), and S5's scale at init, its gain 4(1 − λ) and a read-out as large as its C
     # (mixed tokens of std 0.40 beside D on Pathfinder `cpu_order`, S5's 0.39; `bench/probes/
@@ -199,7 +211,8 @@ GROUPS: dict[str, tuple[str, ...]] = {
                "abl4_unscaled", "lion_s_narrow_state", "lion_s5_real_narrow_state",
                "lion_s5_real_feedthrough", "s5_real_wide_state", "lion_s5_real_narrow_no_d",
                "lion_s5_selective", "lion_s_s5_form", "lion_s_feedthrough_open",
-               "lion_s5_real_s5_gain", "lion_s_s5_form_complex", "lion_s5_complex"),
+               "lion_s5_real_s5_gain", "lion_s_s5_form_complex", "lion_s_s5_form_complex_s5_scale",
+               "lion_s_s5_form_s5_scale", "lion_s5_complex"),
 }
 
 # Defaults that changed what a variant's command trains, by the dotted config field: the commit
@@ -258,6 +271,8 @@ LABELS: dict[str, str] = {
     "lion_s5_real_s5_gain": "S5 with real decays written as LION, at S5's shapes, D, S5's gain",
     "lion_s_s5_form_complex": "LION-S in S5's form with complex decays λ e^{iθ} (8 complex channels)",
     "lion_s5_complex": "S5 written as LION: complex decays, S5's shapes, D and scale at init",
+    "lion_s_s5_form_complex_s5_scale": "LION-S in S5's form, complex decays, S5's scale at init",
+    "lion_s_s5_form_s5_scale": "LION-S in S5's form at S5's scale at init (real decays)",
     "transformer": "Transformer",
     "s5": "S5",
     "s5_real": "S5, real decays",

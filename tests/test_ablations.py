@@ -94,6 +94,16 @@ EXPECTED = {
                                "model.v_init": "lecun", "model.feedthrough": True,
                                "model.attention_dim": 8, "model.num_heads": 1, "model.key_dim": 4,
                                "model.decay_phase": "hippo"},
+    "lion_s_s5_form_complex_s5_scale": {
+        "model.normalize": "none", "model.value_gain": "s5_zoh", "model.selective_bias_init": 8.0,
+        "model.directional_readout": True, "model.v_init": "lecun", "model.feedthrough": True,
+        "model.attention_dim": 8, "model.num_heads": 1, "model.key_dim": 4,
+        "model.decay_phase": "hippo", "model.out_proj_init_scale": 2.8},
+    "lion_s_s5_form_s5_scale": {
+        "model.normalize": "none", "model.value_gain": "s5_zoh", "model.selective_bias_init": 8.0,
+        "model.directional_readout": True, "model.v_init": "lecun", "model.feedthrough": True,
+        "model.attention_dim": 16, "model.num_heads": 1, "model.key_dim": 4,
+        "model.out_proj_init_scale": 1.7},
     "lion_s5_complex": {"model.decay": "fixed", "model.fixed_gate": False,
                         "model.feature_map": "constant", "model.normalize": "none",
                         "model.value_gain": "s5_zoh", "model.directional_readout": True,
