@@ -8,7 +8,8 @@ validation example, writes into `--out` (default: the workdir):
   timescales.png   per layer, LION: the memory 1/|log λ| in tokens of every decay channel, its
                    base decay and (LION-S) the mean over the example's tokens of its selective
                    decay; S5: each state's memory 1/|Re ΛΔ| against its phase Im ΛΔ per token
-                   (radians), the rotation that real decays lack.
+                   (radians), the rotation that real decays lack; LION with complex decays
+                   (`decay_phase`): the mean memory against θ the same way.
   mixing.png       per layer, the token-to-token weights of the example: LION's mask-weighted
                    scores (q_i·k_j) M_ij (normalised per row as the model does, and times the value
                    gain where it has one), averaged over value channels; S5's kernel norm
@@ -147,18 +148,22 @@ def describe_lion(mixer: LionMixer, x, length: int) -> dict:
     from lion_jax.ops.decay import base_log_decay  # pylint: disable=import-outside-toplevel
     base = np.asarray(base_log_decay(mixer.decay_base[...], config.decay_param), np.float64)
   memory = 1.0 / np.maximum(-per_token.mean(axis=0), 1e-12)  # [H, V] tokens
+  phase = (None if mixer.decay_phase is None else np.broadcast_to(
+      np.asarray(mixer.decay_phase[...], np.float64), memory.shape))  # [H, V] θ, rad per token
   return {
       "kind": "lion",
       "mixing": weights.mean(axis=(0, 1)),  # [L, L]
       "memory": memory.ravel(),
       "base_memory": None if base is None else (1.0 / -base).ravel(),
+      "phase": None if phase is None else phase.ravel(),
       "stats": {"qk": {"min": float(qk.min()), "mean": float(qk.mean()), "std": float(qk.std()),
                        "max": float(qk.max())},
                 "memory_tokens": _quantiles(memory),
                 # Each token's own λ_t: a gate that resets at a few tokens and stays open
                 # elsewhere has short mean memories but long ones here.
                 "token_memory_tokens": _quantiles(1.0 / np.maximum(-per_token, 1e-12)),
-                **({} if base is None else {"base_memory_tokens": _quantiles(1.0 / -base)})},
+                **({} if base is None else {"base_memory_tokens": _quantiles(1.0 / -base)}),
+                **({} if phase is None else {"phase_per_token": _quantiles(np.abs(phase))})},
   }
 
 
@@ -242,9 +247,9 @@ def draw(description: dict, out: Path) -> list[Path]:
   out.mkdir(parents=True, exist_ok=True)
   fig, axes = plt.subplots(1, len(layers), figsize=(3 * len(layers), 3), squeeze=False)
   for depth, (ax, layer) in enumerate(zip(axes[0], layers)):
-    if layer["kind"] == "s5":
+    if layer.get("phase") is not None:  # S5, and LION with complex decays (mean memory)
       ax.scatter(layer["phase"], layer["memory"], s=10)
-      ax.set_xlabel("phase Im ΛΔ (rad/token)")
+      ax.set_xlabel("phase Im ΛΔ (rad/token)" if layer["kind"] == "s5" else "phase θ (rad/token)")
     else:
       ax.plot(np.sort(layer["memory"]), ".", label="mean over tokens")
       if layer["base_memory"] is not None:

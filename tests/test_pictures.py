@@ -48,7 +48,9 @@ def test_s5_kernel_norms_are_the_norms_of_the_mixers_token_to_token_map(ssm_real
   np.testing.assert_allclose(norms, expected, rtol=1e-4)
 
 
-@pytest.mark.parametrize("variant", ["lion_s", pytest.param("s5", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("variant", ["lion_s", pytest.param("s5", marks=pytest.mark.slow),
+                                     pytest.param("lion_s_s5_form_complex",
+                                                  marks=pytest.mark.slow)])
 def test_the_command_draws_an_untrained_run(variant, tmp_path, capsys):
   config = listops.get_config(f"{variant},runlocal")
   config.data_dir = str(tmp_path / "data")
@@ -63,10 +65,12 @@ def test_the_command_draws_an_untrained_run(variant, tmp_path, capsys):
   stats = json.loads((tmp_path / "pics" / "pictures.json").read_text())
   assert stats["checkpoint"] == "init" and len(stats["layers"]) == config.model.num_layers
   layer = stats["layers"][0]
-  if variant == "lion_s":  # φ = (SiLU + 0.5)/‖·‖: every q·k in (0, 1]
+  if variant.startswith("lion_s"):  # φ = (SiLU + 0.5)/‖·‖: every q·k in (0, 1]
     assert 0 < layer["qk"]["min"] <= layer["qk"]["max"] <= 1 + 1e-6
+  if variant != "lion_s":  # S5's eigenvalues, and LION's complex decays, turn
+    assert layer["phase_per_token"]["q90"] > 0
   else:
-    assert layer["phase_per_token"]["q90"] > 0  # HiPPO's eigenvalues turn
+    assert "phase_per_token" not in layer  # real decays
   assert "layer 0:" in capsys.readouterr().out
 
 
