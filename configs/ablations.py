@@ -180,6 +180,12 @@ ABLATION_VARIANTS: dict[str, dict[str, Any]] = {
                         "model.key_dim": 1, "model.attention_dim": 8,
                         "model.decay_phase": "hippo", "model.value_gain": "s5_zoh",
                         "model.out_proj_init_scale": 2.6},
+    # and with complex inputs, W_v writing each state's imaginary part too, as S5's complex B̃
+    # (W_o 1.85x for the same scale at init: 0.40).
+    "lion_s5_complex_input": {**_S5_REAL_DECAYS, **_S5_MIXING, **_S5_SHAPES, **_S5_D,
+                              "model.key_dim": 1, "model.attention_dim": 8,
+                              "model.decay_phase": "hippo", "model.complex_input": True,
+                              "model.value_gain": "s5_zoh", "model.out_proj_init_scale": 1.85},
 }
 
 # Variant groups accepted by `lra.sweep --variants`, in the paper's row order.
@@ -212,7 +218,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
                "lion_s5_real_feedthrough", "s5_real_wide_state", "lion_s5_real_narrow_no_d",
                "lion_s5_selective", "lion_s_s5_form", "lion_s_feedthrough_open",
                "lion_s5_real_s5_gain", "lion_s_s5_form_complex", "lion_s_s5_form_complex_s5_scale",
-               "lion_s_s5_form_s5_scale", "lion_s5_complex"),
+               "lion_s_s5_form_s5_scale", "lion_s5_complex", "lion_s5_complex_input"),
 }
 
 # Defaults that changed what a variant's command trains, by the dotted config field: the commit
@@ -271,6 +277,7 @@ LABELS: dict[str, str] = {
     "lion_s5_real_s5_gain": "S5 with real decays written as LION, at S5's shapes, D, S5's gain",
     "lion_s_s5_form_complex": "LION-S in S5's form with complex decays λ e^{iθ} (8 complex channels)",
     "lion_s5_complex": "S5 written as LION: complex decays, S5's shapes, D and scale at init",
+    "lion_s5_complex_input": "S5 written as LION with complex decays and complex inputs (B̃)",
     "lion_s_s5_form_complex_s5_scale": "LION-S in S5's form, complex decays, S5's scale at init",
     "lion_s_s5_form_s5_scale": "LION-S in S5's form at S5's scale at init (real decays)",
     "transformer": "Transformer",

@@ -79,6 +79,9 @@ class ModelConfig:
   # value channel becomes a complex state read out by its real and imaginary parts, so W_o takes
   # twice the channels (`lion_jax.ops.rotation`). Needs normalize="none" and raster order.
   decay_phase: str = "none"
+  # With decay_phase: W_v writes each complex state's imaginary input too (twice its columns),
+  # as S5's complex B̃ does; False: the states take real inputs. Needs v_init="lecun".
+  complex_input: bool = False
   # Parameter of the base decay: "neg_exp" log λ = −exp(ρ) (docs/math.md §5; always in (0,1))
   # or "sigmoid" λ = σ(a) (paper Sec. 3.3 LION-D). Both start from the same λ.
   decay_param: str = "neg_exp"
@@ -220,6 +223,10 @@ class ModelConfig:
                         f"output_proj=True (got decay={self.decay!r}, normalize={self.normalize!r}, "
                         f"scan_order={self.scan_order!r}, sequence_axis={self.sequence_axis!r}, "
                         f"output_proj={self.output_proj!r}).")
+    if self.complex_input and (self.decay_phase == "none" or self.v_init != "lecun"):
+      raise ConfigError("ModelConfig.complex_input=True gives complex decays' states complex inputs:"
+                        " it needs decay_phase='hippo' and v_init='lecun' (got decay_phase="
+                        f"{self.decay_phase!r}, v_init={self.v_init!r}).")
     if self.directional_readout and (not self.output_proj or self.scan_order != "raster"
                                      or self.sequence_axis is not None):
       raise ConfigError("ModelConfig.directional_readout=True projects the left and right halves "
@@ -327,7 +334,7 @@ VALUES_BEFORE_FIELD: dict[str, object] = {"fixed_gate": False, "mixer": "lion",
                                           "positional": "none", "scan_order": "raster",
                                           "value_gain": "none", "feedthrough": False,
                                           "directional_readout": False, "decay_phase": "none",
-                                          "out_proj_init_scale": 1.0,
+                                          "out_proj_init_scale": 1.0, "complex_input": False,
                                           "ssm_real": False, "ssm_tied_readout": False,
                                           "attention_dim": None}
 
@@ -335,7 +342,7 @@ VALUES_BEFORE_FIELD: dict[str, object] = {"fixed_gate": False, "mixer": "lion",
 # The fields each mixer reads and the others must leave at their defaults (attention_dim serves
 # softmax and LION; dt_min/dt_max, listed under none, serve LION's HiPPO decays and S5's Δ alike).
 MIXER_FIELDS: dict[str, tuple[str, ...]] = {
-    "lion": ("feature_map", "key_dim", "decay", "decay_shape", "decay_phase", "decay_param", "selective_mode",
+    "lion": ("feature_map", "key_dim", "decay", "decay_shape", "decay_phase", "complex_input", "decay_param", "selective_mode",
              "selective_bias_init", "fixed_gate", "selective_init_std", "qk_init_std", "out_proj_init_scale",
              "decay_init", "v_init", "normalize", "convention", "output_proj", "value_gain",
              "feedthrough", "directional_readout", "eps", "form", "chunk_size", "scan_order", "sequence_axis",

@@ -110,6 +110,13 @@ EXPECTED = {
                         "model.v_init": "lecun", "model.feedthrough": True,
                         "model.attention_dim": 8, "model.num_heads": 1, "model.key_dim": 1,
                         "model.decay_phase": "hippo", "model.out_proj_init_scale": 2.6},
+    "lion_s5_complex_input": {"model.decay": "fixed", "model.fixed_gate": False,
+                              "model.feature_map": "constant", "model.normalize": "none",
+                              "model.value_gain": "s5_zoh", "model.directional_readout": True,
+                              "model.v_init": "lecun", "model.feedthrough": True,
+                              "model.attention_dim": 8, "model.num_heads": 1, "model.key_dim": 1,
+                              "model.decay_phase": "hippo", "model.complex_input": True,
+                              "model.out_proj_init_scale": 1.85},
 }
 
 

@@ -13,7 +13,9 @@ form: pass `form=` (and `chunk_size=`) to `__call__` to switch at inference with
 weights.
 
 Parameter names (for optimiser partitions; every decay parameter has "decay" in its path):
-  q_proj/kernel, k_proj/kernel, v_proj/kernel     [M, H·K], [M, H·K], [M, H·V] (no biases)
+  q_proj/kernel, k_proj/kernel, v_proj/kernel     [M, H·K], [M, H·K], [M, H·V] (no biases; W_v
+                                                   [M, 2·H·V] with complex_input: each head's V
+                                                   real parts, then its V imaginary parts)
   decay_base                                       [H, G] base decay ρ (log λ = −e^ρ) or a (λ = σ(a));
                                                    absent for decay="lit". The HiPPO/Δ part: no WD.
   decay_gate/kernel, decay_gate/bias               [M, H·G], [H·G] selective gate (decay="selective")
@@ -97,7 +99,8 @@ class LionMixer(nnx.Module):
     dtype = config.compute_dtype
     self.q_proj = nnx.Linear(m, h * k, use_bias=False, kernel_init=qk_init, dtype=dtype, rngs=rngs)
     self.k_proj = nnx.Linear(m, h * k, use_bias=False, kernel_init=qk_init, dtype=dtype, rngs=rngs)
-    self.v_proj = nnx.Linear(m, h * v, use_bias=False, dtype=dtype, rngs=rngs)
+    inputs = 2 if config.complex_input else 1  # real parts, then imaginary parts
+    self.v_proj = nnx.Linear(m, inputs * h * v, use_bias=False, dtype=dtype, rngs=rngs)
 
     # LIT has no decay; its ZOH W_v init still uses HiPPO gains (Λ = −½, Δ log-uniform).
     init = config.decay_init if config.decay != "lit" else "hippo"
@@ -209,12 +212,13 @@ class LionMixer(nnx.Module):
     project = lambda proj, width: gradient_barrier(proj(x)).reshape(batch, length, h, width)
     q = phi(project(self.q_proj, k), config.feature_map)  # [B, L, H, K]
     key = phi(project(self.k_proj, k), config.feature_map)  # [B, L, H, K]
-    value = project(self.v_proj, v)  # [B, L, H, V]
+    value = project(self.v_proj, v * (2 if config.complex_input else 1))  # [B, L, H, V or 2V]
     log_decays = self.scan_log_decays(x)
     if config.value_gain != "none":
-      gain = _key_gain(log_decays[0], value.shape)  # [B, L, H, V]-broadcastable
+      gain = _key_gain(log_decays[0], value.shape[:-1] + (v,))  # [B, L, H, V]-broadcastable
       scale = VALUE_GAIN_SCALES[config.value_gain]
-      value = value * (gain if scale == 1.0 else scale * gain)
+      gain = gain if scale == 1.0 else scale * gain
+      value = value * (jnp.concatenate([gain, gain], axis=-1) if config.complex_input else gain)
     options = dict(form=config.form if form is None else form, convention=config.convention,
                    normalize=config.normalize, key_mask=mask,
                    chunk_size=config.chunk_size if chunk_size is None else chunk_size,
@@ -222,8 +226,12 @@ class LionMixer(nnx.Module):
                    state_pass=config.state_pass, residuals=config.residuals,
                    segment_ids=segment_ids)
     if self.decay_phase is not None:  # [B, L, H, 2V]: Re h, Im h per head (a pair: y^F, y^B)
+      imag = None
+      if config.complex_input:
+        value, imag = jnp.split(value, 2, axis=-1)  # [B, L, H, V] each
       y = rotating_lion_attention(q, key, value, log_decays[0], self.decay_phase[...],
-                                  split_directions=config.directional_readout, **options)
+                                  v_imag=imag, split_directions=config.directional_readout,
+                                  **options)
       if config.directional_readout:
         y = jnp.concatenate([half.reshape(batch, length, -1) for half in y], axis=-1)
     elif config.directional_readout:  # raster order (config check): y^F and y^B side by side

@@ -8,7 +8,8 @@ token. With one rotation per decay channel, input-independent, the mask of a pla
                                                                      in both directions, as S5's
                                                                      bidirectional scans)
 
-and the output is complex, h_i = Σ_j (q_i·k_j) M_ij e^{iθ|i−j|} v_j. The phase factorises, like
+and the output is complex, h_i = Σ_j (q_i·k_j) M_ij e^{iθ|i−j|} v_j (v_j itself complex with
+`v_imag`). The phase factorises, like
 rotary position embeddings: for the keys left of the query e^{iθ(i−j)} = e^{iΘ_i} e^{−iΘ_j}
 with Θ_i = θ·i, and for those right of it the conjugate. So
 
@@ -33,16 +34,18 @@ import jax.numpy as jnp
 from lion_jax.ops.attention import lion_attention
 
 
-def rotating_lion_attention(q, k, v, log_decay, phase, *, split_directions: bool = False,
-                            normalize: str = "none", **options):
+def rotating_lion_attention(q, k, v, log_decay, phase, *, v_imag=None,
+                            split_directions: bool = False, normalize: str = "none", **options):
   """LION's plain decayed sum with complex decays λ e^{iθ} (module docstring).
 
   Args:
     q: [B, L, H, K] feature-mapped queries.
     k: [B, L, H, K] feature-mapped keys.
-    v: [B, L, H, V] values.
+    v: [B, L, H, V] values (their real parts with v_imag).
     log_decay: log λ as `lion_attention` takes it: [H], [H, V], [B, L, H] or [B, L, H, V].
     phase: [H, G] θ, the rotation per token of each decay channel (G = 1: one per head).
+    v_imag: None (real values), or [B, L, H, V] their imaginary parts: complex inputs to the
+      states, as S5's complex B̃ x gives them.
     split_directions: return (h^F, h^B), the keys left of each query and right of it (each with
       half of the query's own), instead of h = h^F + h^B.
     normalize: must be "none" (a complex normaliser is not defined).
@@ -67,18 +70,31 @@ def rotating_lion_attention(q, k, v, log_decay, phase, *, split_directions: bool
   dtype = jnp.promote_types(v.dtype, jnp.float32)
   angle = jnp.arange(length, dtype=dtype)[:, None, None] * phase.astype(dtype)  # [L, H, G]
   cos, sin = jnp.cos(angle), jnp.sin(angle)  # [L, H, G], broadcast over [B, L, H, V]
-  vf = v.astype(dtype)
-  rotated = jnp.concatenate([vf * cos, -vf * sin], axis=-1).astype(v.dtype)  # [B, L, H, 2V]
+
+  def rotate(re, im, sign):
+    """e^{sign·iΘ} (re + i·im) as (real part, imaginary part), per token and channel."""
+    return cos * re - sign * sin * im, cos * im + sign * sin * re
+
+  re = v.astype(dtype)
+  # Keys left of the query need e^{−iΘ_j} v_j, those right of it e^{+iΘ_j} v_j; for real values
+  # the second is the first's conjugate, so one rotated copy serves both (h^B from its conjugate).
+  rotated = [rotate(re, jnp.zeros_like(re) if v_imag is None else v_imag.astype(dtype), -1.0)]
+  if v_imag is not None:
+    rotated.append(rotate(re, v_imag.astype(dtype), 1.0))
+  channels = jnp.concatenate([part for pair in rotated for part in pair],
+                             axis=-1).astype(v.dtype)  # [B, L, H, 2V or 4V]
   if log_decay is not None and jnp.ndim(log_decay) in (2, 4):  # per value channel: Re, Im share it
-    log_decay = jnp.concatenate([log_decay, log_decay], axis=-1)  # [.., H, 2V]
-  forward, backward = lion_attention(q, k, rotated, log_decay, normalize="none",
-                                     split_directions=True, **options)  # [B, L, H, 2V] each
-
-  def turn(y, sign):
-    """e^{iΘ_i} Y_i, its imaginary part times `sign` (−1: the conjugate)."""
-    re, im = jnp.split(y.astype(dtype), 2, axis=-1)  # [B, L, H, V] each
-    out = jnp.concatenate([cos * re - sin * im, sign * (sin * re + cos * im)], axis=-1)
-    return out.astype(v.dtype)  # [B, L, H, 2V]
-
-  forward, backward = turn(forward, 1.0), turn(backward, -1.0)
+    log_decay = jnp.concatenate([log_decay] * (2 * len(rotated)), axis=-1)  # [.., H, 2V or 4V]
+  forward, backward = lion_attention(q, k, channels, log_decay, normalize="none",
+                                     split_directions=True, **options)  # [B, L, H, 2V or 4V]
+  forward, backward = forward.astype(dtype), backward.astype(dtype)
+  d = value_dim
+  h_forward = rotate(forward[..., :d], forward[..., d:2 * d], 1.0)  # e^{iΘ_i} Y^F_i
+  if v_imag is None:  # conj(e^{iΘ_i} Y^B_i)
+    re_b, im_b = rotate(backward[..., :d], backward[..., d:2 * d], 1.0)
+    h_backward = re_b, -im_b
+  else:  # e^{−iΘ_i} Y⁺^B_i, Y⁺ the sum over the values turned the other way
+    h_backward = rotate(backward[..., 2 * d:3 * d], backward[..., 3 * d:], -1.0)
+  forward, backward = (jnp.concatenate(h, axis=-1).astype(v.dtype)  # [B, L, H, 2V]
+                       for h in (h_forward, h_backward))
   return (forward, backward) if split_directions else forward + backward

@@ -502,13 +502,15 @@ def test_directional_readout_follows_its_float64_definition(decay, attention_dim
                              np.asarray(run(tied, x, mask))[real], rtol=1e-5, atol=1e-6)
 
 
-def test_complex_decays_follow_their_float64_definition():
+@pytest.mark.parametrize("complex_input", [False, True])
+def test_complex_decays_follow_their_float64_definition(complex_input):
   """decay_phase="hippo": each half h = Σ_j (q_i·k_j) M_ij e^{iθ|i−j|} (1 − λ_j) v_j over its side's
-  keys, summed directly in float64; W_F and W_B read each head's Re h, then its Im h; D ⊙ x."""
+  keys, summed directly in float64; W_F and W_B read each head's Re h, then its Im h; D ⊙ x.
+  complex_input: v_j = W_v's real part + i·its imaginary part, per head."""
   from tests.reference import reference_lion  # pylint: disable=import-outside-toplevel
   config = small(normalize="none", value_gain="one_minus_decay", feedthrough=True,
                  v_init="lecun", directional_readout=True, decay_phase="hippo", attention_dim=8,
-                 key_dim=2, selective_bias_init=8.0)
+                 key_dim=2, selective_bias_init=8.0, complex_input=complex_input)
   mixer = LionMixer(config, rngs=nnx.Rngs(5))
   theta = np.asarray(mixer.decay_phase[...], np.float64)  # [H, V]
   lam = np.exp(np.asarray(decay_lib.base_log_decay(mixer.decay_base[...], config.decay_param)))
@@ -519,8 +521,11 @@ def test_complex_decays_follow_their_float64_definition():
   batch, length, _ = x.shape
   q, k, v, log_decay, x64 = _float64_operands(mixer, x)
   phase = np.asarray(mixer.decay_phase[...], np.float64)
-  halves = [reference_lion(q, k, v * (1.0 - np.exp(log_decay)), log_decay, normalize="none",
-                           key_mask=np.asarray(mask), side=side, phase=phase)
+  parts = np.split(v, 2, axis=-1) if complex_input else [v]  # [B, L, H, V] each: Re, Im
+  log_decay = log_decay[..., :parts[0].shape[-1]]
+  halves = [sum(reference_lion(q, k, part * (1.0 - np.exp(log_decay)), log_decay,
+                               normalize="none", key_mask=np.asarray(mask), side=side,
+                               phase=phase) * unit for part, unit in zip(parts, (1, 1j)))
             for side in ("left", "right")]  # [B, L, H, V] complex each
   read = np.concatenate([np.concatenate([h.real, h.imag], axis=-1).reshape(batch, length, -1)
                          for h in halves], axis=-1)  # [B, L, 2·H·2V]
@@ -546,6 +551,9 @@ def test_out_proj_init_scale_multiplies_the_lecun_normal_read_out():
 
 
 def test_complex_decays_name_what_they_need():
+  with pytest.raises(ConfigError, match=r"complex_input=True .* needs decay_phase='hippo' and "
+                     r"v_init='lecun' \(got decay_phase='none'"):
+    small(complex_input=True, v_init="lecun")
   with pytest.raises(ConfigError, match=r"decay_phase='hippo' turns each decay into λ e\^\{iθ\}: it "
                      r"needs .*normalize='none' .*got decay='selective', normalize='after'"):
     small(decay_phase="hippo")

@@ -76,6 +76,24 @@ def test_every_form_equals_the_float64_complex_definition(decay_kind, form):
   assert np.abs(as_complex(np.asarray(whole)).real - real_only).max() > 0.1
 
 
+@pytest.mark.parametrize("form", ["chunk_scan", pytest.param("rnn", marks=pytest.mark.slow)])
+def test_complex_values_enter_both_directions_by_the_definition(form):
+  """v_imag: h = Σ_j (q_i·k_j) M_ij e^{iθ|i−j|} (v_j + i·w_j); the keys right of the query turn
+  the values the other way, so no conjugate shortcut holds for them."""
+  q, k, v, log_decay, key_mask = make_inputs(19, "selective_vector", seed=39)
+  w = np.random.default_rng(40).normal(size=v.shape)
+  phase = make_phase("selective_vector", seed=41)
+  run = jax.jit(functools.partial(rotating_lion_attention, form=form, chunk_size=CHUNK,
+                                  key_mask=key_mask, split_directions=True))
+  with jax.enable_x64(True):
+    halves = run(q, k, v, log_decay, phase, v_imag=w)
+  for side, got in zip(("left", "right"), halves):
+    want = sum(unit * reference_lion(q, k, part, log_decay, normalize="none", key_mask=key_mask,
+                                     side=side, phase=phase) for part, unit in ((v, 1), (w, 1j)))
+    np.testing.assert_allclose(as_complex(np.asarray(got)), want, rtol=1e-10, atol=1e-10,
+                               err_msg=side)
+
+
 def test_a_zero_phase_is_the_real_plain_sum_with_a_zero_imaginary_part():
   q, k, v, log_decay, key_mask = make_inputs(13, "selective_vector", seed=32)
   with jax.enable_x64(True):
