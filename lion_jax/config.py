@@ -75,7 +75,9 @@ class ModelConfig:
   # "scalar": one λ per head; "vector": one λ per value channel (paper App. C.7; needed on LRA).
   decay_shape: str = "vector"
   # A rotation per token beside each decay channel's λ, a complex decay λ e^{iθ} as S5's: "none",
-  # or "hippo" (θ learnt, starting at Im(Λ)·Δ of HiPPO-N's eigenvalues, `decay.hippo_phase`). Each
+  # "hippo" (θ learnt, starting at Im(Λ)·Δ of HiPPO-N's eigenvalues, `decay.hippo_phase`), or "s5"
+  # (θ = Im(Λ)·Δ as S5 has it: Im Λ learnt from −√3/2, Δ the base decay's step, so that the
+  # turn and the modulus share the step, `decay.step_phase`). Each
   # value channel becomes a complex state read out by its real and imaginary parts, so W_o takes
   # twice the channels (`lion_jax.ops.rotation`). Needs normalize="none" and raster order.
   decay_phase: str = "none"
@@ -225,7 +227,7 @@ class ModelConfig:
                         f"output_proj={self.output_proj!r}).")
     if self.complex_input and (self.decay_phase == "none" or self.v_init != "lecun"):
       raise ConfigError("ModelConfig.complex_input=True gives complex decays' states complex inputs:"
-                        " it needs decay_phase='hippo' and v_init='lecun' (got decay_phase="
+                        " it needs decay_phase='hippo' or 's5' and v_init='lecun' (got decay_phase="
                         f"{self.decay_phase!r}, v_init={self.v_init!r}).")
     if self.directional_readout and (not self.output_proj or self.scan_order != "raster"
                                      or self.sequence_axis is not None):

@@ -35,8 +35,10 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "value_gain": ("none", "one_minus_decay", "s5_zoh"),
     "decay": ("lit", "fixed", "selective"),
     # A rotation per token beside each decay, λ e^{iθ} as S5's complex eigenvalues
-    # (`lion_jax.ops.rotation`): none, or θ from HiPPO-N's imaginary parts (`decay.hippo_phase`).
-    "decay_phase": ("none", "hippo"),
+    # (`lion_jax.ops.rotation`): none; θ learnt directly from HiPPO-N's Im Λ·Δ
+    # (`decay.hippo_phase`); or θ = Im Λ·Δ with Im Λ learnt and Δ the base decay's step, as S5
+    # (`decay.step_phase`).
+    "decay_phase": ("none", "hippo", "s5"),
     "decay_shape": ("scalar", "vector"),
     "decay_param": ("neg_exp", "sigmoid"),
     "selective_mode": ("sigmoid_dt", "softplus_dt", "log_additive", "paper_literal"),

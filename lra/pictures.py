@@ -149,7 +149,7 @@ def describe_lion(mixer: LionMixer, x, length: int) -> dict:
     base = np.asarray(base_log_decay(mixer.decay_base[...], config.decay_param), np.float64)
   memory = 1.0 / np.maximum(-per_token.mean(axis=0), 1e-12)  # [H, V] tokens
   phase = (None if mixer.decay_phase is None else np.broadcast_to(
-      np.asarray(mixer.decay_phase[...], np.float64), memory.shape))  # [H, V] θ, rad per token
+      np.asarray(mixer.phase(), np.float64), memory.shape))  # [H, V] θ, rad per token
   return {
       "kind": "lion",
       "mixing": weights.mean(axis=(0, 1)),  # [L, L]

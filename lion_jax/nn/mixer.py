@@ -22,7 +22,8 @@ Parameter names (for optimiser partitions; every decay parameter has "decay" in 
   decay_gate                                       [H, G] LION-D's gate logit b, log λ = B + log σ(b)
                                                    (decay="fixed" with fixed_gate)
   decay_phase                                      [H, G] θ, each decay channel's rotation per
-                                                   token (decay_phase="hippo"); no WD
+                                                   token (decay_phase="hippo"), or its Im Λ
+                                                   (decay_phase="s5", θ = Im Λ·Δ); no WD
   column_decay_base, column_decay_gate/...         the column snake's own decay_base and decay_gate
                                                    (scan_order="snake"/"snake_outputs", LION♮;
                                                    decay_base/decay_gate then belong to the row snake)
@@ -107,8 +108,10 @@ class LionMixer(nnx.Module):
     log_lambda, gain = decay_lib.init_log_decay(rngs.params(), h, self.groups, init,
                                                 config.dt_min, config.dt_max)  # [H, G] each
     self.decay_base, self.decay_gate = _decay_parameters(config, self.groups, log_lambda, rngs)
-    self.decay_phase = (nnx.Param(decay_lib.hippo_phase(log_lambda))
-                        if config.decay_phase == "hippo" else None)  # [H, G]
+    phases = {"hippo": lambda: decay_lib.hippo_phase(log_lambda),  # θ itself
+              "s5": lambda: decay_lib.hippo_frequency(log_lambda.shape)}  # Im Λ
+    self.decay_phase = (nnx.Param(phases[config.decay_phase]()) if config.decay_phase in phases
+                        else None)  # [H, G]
     # LION♮ (`lion_jax.ops.grid_order`): the column snake gets its own decays, drawn the same way.
     column = None, None
     if num_scans(config.scan_order) == 2:
@@ -135,6 +138,13 @@ class LionMixer(nnx.Module):
                      if config.output_proj else None)
     self.feedthrough = (nnx.Param(jax.random.normal(rngs.params(), (m,)))
                         if config.feedthrough else None)
+
+  def phase(self):
+    """θ, each decay channel's rotation per token: [H, G] (decay_phase other than "none")."""
+    if self.config.decay_phase == "s5":
+      base = decay_lib.base_log_decay(self.decay_base[...], self.config.decay_param)  # [H, G]
+      return decay_lib.step_phase(self.decay_phase[...], base)
+    return self.decay_phase[...]
 
   def log_decay(self, x):
     """log λ in the shape `lion_attention` takes, or None for LION-LIT.
@@ -229,7 +239,7 @@ class LionMixer(nnx.Module):
       imag = None
       if config.complex_input:
         value, imag = jnp.split(value, 2, axis=-1)  # [B, L, H, V] each
-      y = rotating_lion_attention(q, key, value, log_decays[0], self.decay_phase[...],
+      y = rotating_lion_attention(q, key, value, log_decays[0], self.phase(),
                                   v_imag=imag, split_directions=config.directional_readout,
                                   **options)
       if config.directional_readout:

@@ -156,6 +156,36 @@ def hippo_phase(log_lambda):
   return (omega / HIPPO_REAL * log_lambda).astype(jnp.float32)
 
 
+def hippo_frequency(shape):
+  """Im Λ of S5's HiPPO-N blocks of two (`hippo_phase`), −√3/2 for every channel.
+
+  Args:
+    shape: [H, G].
+
+  Returns:
+    float32 [H, G].
+  """
+  eigenvalues, _ = hippo_n(2)
+  return jnp.full(shape, float(eigenvalues.imag[0]), jnp.float32)
+
+
+def step_phase(frequency, base_log_decay):
+  """θ = Im(Λ)·Δ with the step Δ = log λ_base / Λ_re of the base decay, as S5 turns its states.
+
+  The frequency Im Λ is learnt near 1 and the step is shared with the decay's modulus, so an
+  optimiser step moves the turn of a long memory as little, relatively, as its decay; a θ learnt
+  directly (`hippo_phase`'s) moves by the learning rate whatever its size.
+
+  Args:
+    frequency: [H, G] Im Λ.
+    base_log_decay: [H, G] log λ of the base decay (input-independent).
+
+  Returns:
+    [H, G] θ.
+  """
+  return frequency * base_log_decay / HIPPO_REAL
+
+
 def to_param(log_lambda, decay_param: str):
   """The base-decay parameter that represents `log_lambda` (inverse of `base_log_decay`).
 

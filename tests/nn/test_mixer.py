@@ -502,17 +502,19 @@ def test_directional_readout_follows_its_float64_definition(decay, attention_dim
                              np.asarray(run(tied, x, mask))[real], rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("complex_input", [False, True])
-def test_complex_decays_follow_their_float64_definition(complex_input):
+@pytest.mark.parametrize("decay_phase,complex_input", [("hippo", False), ("hippo", True),
+                                                       ("s5", False)])
+def test_complex_decays_follow_their_float64_definition(decay_phase, complex_input):
   """decay_phase="hippo": each half h = Σ_j (q_i·k_j) M_ij e^{iθ|i−j|} (1 − λ_j) v_j over its side's
   keys, summed directly in float64; W_F and W_B read each head's Re h, then its Im h; D ⊙ x.
-  complex_input: v_j = W_v's real part + i·its imaginary part, per head."""
+  complex_input: v_j = W_v's real part + i·its imaginary part, per head. "s5": θ = Im Λ·Δ, Im Λ
+  the parameter and Δ = log λ_base / (−½)."""
   from tests.reference import reference_lion  # pylint: disable=import-outside-toplevel
   config = small(normalize="none", value_gain="one_minus_decay", feedthrough=True,
-                 v_init="lecun", directional_readout=True, decay_phase="hippo", attention_dim=8,
+                 v_init="lecun", directional_readout=True, decay_phase=decay_phase, attention_dim=8,
                  key_dim=2, selective_bias_init=8.0, complex_input=complex_input)
   mixer = LionMixer(config, rngs=nnx.Rngs(5))
-  theta = np.asarray(mixer.decay_phase[...], np.float64)  # [H, V]
+  theta = np.asarray(mixer.phase(), np.float64)  # [H, V]
   lam = np.exp(np.asarray(decay_lib.base_log_decay(mixer.decay_base[...], config.decay_param)))
   np.testing.assert_allclose(theta, np.sqrt(3) * np.log(lam), rtol=1e-4)  # S5's Im Λ·Δ at init
   mixer.decay_phase[...] = jnp.asarray(np.linspace(-2.0, 2.0, theta.size).reshape(theta.shape))
@@ -520,7 +522,10 @@ def test_complex_decays_follow_their_float64_definition(complex_input):
   out = np.asarray(nnx.jit(lambda m, x, mask: m(x, mask, form="chunk_scan"))(mixer, x, mask))
   batch, length, _ = x.shape
   q, k, v, log_decay, x64 = _float64_operands(mixer, x)
-  phase = np.asarray(mixer.decay_phase[...], np.float64)
+  phase = np.asarray(mixer.phase(), np.float64)
+  if decay_phase == "s5":
+    np.testing.assert_allclose(phase, np.linspace(-2.0, 2.0, theta.size).reshape(theta.shape)
+                               * np.log(lam) / -0.5, rtol=1e-4)
   parts = np.split(v, 2, axis=-1) if complex_input else [v]  # [B, L, H, V] each: Re, Im
   log_decay = log_decay[..., :parts[0].shape[-1]]
   halves = [sum(reference_lion(q, k, part * (1.0 - np.exp(log_decay)), log_decay,
@@ -551,7 +556,7 @@ def test_out_proj_init_scale_multiplies_the_lecun_normal_read_out():
 
 
 def test_complex_decays_name_what_they_need():
-  with pytest.raises(ConfigError, match=r"complex_input=True .* needs decay_phase='hippo' and "
+  with pytest.raises(ConfigError, match=r"complex_input=True .* needs decay_phase='hippo' or 's5' and "
                      r"v_init='lecun' \(got decay_phase='none'"):
     small(complex_input=True, v_init="lecun")
   with pytest.raises(ConfigError, match=r"decay_phase='hippo' turns each decay into λ e\^\{iθ\}: it "
