@@ -159,12 +159,14 @@ ABLATION_VARIANTS: dict[str, dict[str, Any]] = {
     "lion_s_s5_form_complex": {**_S5_SUM, "model.directional_readout": True, **_S5_SHAPES,
                                **_S5_D, **_GATE_OPEN, "model.key_dim": 4,
                                "model.attention_dim": 8, "model.decay_phase": "hippo"},
-    # and with S5's scale at init as well: its gain 4(1 − λ) and a read-out 2.8x LeCun-normal, so
-    # that the mixed tokens start as large as S5's beside D (std 0.39 on Pathfinder `cpu_order`,
-    # against 0.035 without; `bench/probes/mixed_scale.py`);
+    # and with S5's complex decays as S5 has them: θ = Im Λ·Δ, the turn sharing the decay's step
+    # (`decay_phase="s5"`; a θ learnt directly loses Pathfinder, docs/paper_notes.md §20), and
+    # S5's scale at init: its gain 4(1 − λ) and a read-out 2.8x LeCun-normal, so that the mixed
+    # tokens start as large as S5's beside D (std 0.39 on Pathfinder `cpu_order`, against 0.035
+    # without; `bench/probes/mixed_scale.py`);
     "lion_s_s5_form_complex_s5_scale": {**_S5_SUM, "model.directional_readout": True,
                                         **_S5_SHAPES, **_S5_D, **_GATE_OPEN, "model.key_dim": 4,
-                                        "model.attention_dim": 8, "model.decay_phase": "hippo",
+                                        "model.attention_dim": 8, "model.decay_phase": "s5",
                                         "model.value_gain": "s5_zoh",
                                         "model.out_proj_init_scale": 2.8},
     # and its control with real decays: the recipe at S5's scale at init (W_o 1.7x: 0.40).
@@ -180,11 +182,11 @@ ABLATION_VARIANTS: dict[str, dict[str, Any]] = {
                         "model.key_dim": 1, "model.attention_dim": 8,
                         "model.decay_phase": "hippo", "model.value_gain": "s5_zoh",
                         "model.out_proj_init_scale": 2.6},
-    # and with complex inputs, W_v writing each state's imaginary part too, as S5's complex B̃
-    # (W_o 1.85x for the same scale at init: 0.40).
+    # and all of S5's complex states: complex inputs, W_v writing each state's imaginary part too,
+    # as S5's complex B̃ (W_o 1.85x for the same scale at init: 0.38), and θ = Im Λ·Δ as S5's.
     "lion_s5_complex_input": {**_S5_REAL_DECAYS, **_S5_MIXING, **_S5_SHAPES, **_S5_D,
                               "model.key_dim": 1, "model.attention_dim": 8,
-                              "model.decay_phase": "hippo", "model.complex_input": True,
+                              "model.decay_phase": "s5", "model.complex_input": True,
                               "model.value_gain": "s5_zoh", "model.out_proj_init_scale": 1.85},
 }
 
@@ -277,8 +279,8 @@ LABELS: dict[str, str] = {
     "lion_s5_real_s5_gain": "S5 with real decays written as LION, at S5's shapes, D, S5's gain",
     "lion_s_s5_form_complex": "LION-S in S5's form with complex decays λ e^{iθ} (8 complex channels)",
     "lion_s5_complex": "S5 written as LION: complex decays, S5's shapes, D and scale at init",
-    "lion_s5_complex_input": "S5 written as LION with complex decays and complex inputs (B̃)",
-    "lion_s_s5_form_complex_s5_scale": "LION-S in S5's form, complex decays, S5's scale at init",
+    "lion_s5_complex_input": "S5 written as LION: complex decays θ = Im Λ·Δ, complex inputs (B̃)",
+    "lion_s_s5_form_complex_s5_scale": "LION-S in S5's form, complex decays θ = Im Λ·Δ, S5's scale",
     "lion_s_s5_form_s5_scale": "LION-S in S5's form at S5's scale at init (real decays)",
     "transformer": "Transformer",
     "s5": "S5",
