@@ -20,7 +20,7 @@ query with half of its own, and right of it) run on the real and imaginary parts
 values as 2V real channels, each pair sharing its decay. Every form of `lion_attention` is
 therefore exact here too, with padding and packed segments: only differences Θ_i − Θ_j enter,
 so where a row's examples start changes nothing. Θ_i is computed in at least float32, whose
-rounding of θ·i costs about 1e-7·|Θ_i| radians (2e-4 at L = 1,024 and θ = 3).
+rounding of θ·i costs about 1e-7·|Θ_i| radians (3e-4 at L = 1,024 and θ = 3).
 
 A row normaliser Σ_j (q_i·k_j) M^θ_ij would be complex, so only normalize="none" is defined.
 
@@ -57,8 +57,8 @@ def rotating_lion_attention(q, k, v, log_decay, phase, *, v_imag=None,
     with split_directions), in the dtype of `v`.
 
   Raises:
-    ValueError: normalize other than "none", or a phase whose shape does not fit the heads or the
-      value channels.
+    ValueError: normalize other than "none", a phase whose shape does not fit the heads or the
+      value channels, or v_imag of another shape than v.
   """
   if normalize != "none":
     raise ValueError(f"rotating_lion_attention needs normalize='none' (got {normalize!r}): the "
@@ -67,6 +67,9 @@ def rotating_lion_attention(q, k, v, log_decay, phase, *, v_imag=None,
   if phase.ndim != 2 or phase.shape[0] != heads or phase.shape[1] not in (1, value_dim):
     raise ValueError(f"phase must be [H, G] = [{heads}, 1 or {value_dim}] (one rotation per head "
                      f"or per value channel), got shape {phase.shape}.")
+  if v_imag is not None and v_imag.shape != v.shape:
+    raise ValueError(f"v_imag must have v's shape {v.shape} (the imaginary parts of the same "
+                     f"values), got {v_imag.shape}.")
   dtype = jnp.promote_types(v.dtype, jnp.float32)
   angle = jnp.arange(length, dtype=dtype)[:, None, None] * phase.astype(dtype)  # [L, H, G]
   cos, sin = jnp.cos(angle), jnp.sin(angle)  # [L, H, G], broadcast over [B, L, H, V]

@@ -185,3 +185,5 @@ def test_only_the_plain_sum_and_fitting_phases_are_accepted():
     rotating_lion_attention(q, k, v, log_decay, np.zeros((2, V)), normalize="after")
   with pytest.raises(ValueError, match=r"phase must be \[H, G\] = \[2, 1 or 4\]"):
     rotating_lion_attention(q, k, v, log_decay, np.zeros((2, 3)))
+  with pytest.raises(ValueError, match=r"v_imag must have v's shape \(2, 5, 2, 4\)"):
+    rotating_lion_attention(q, k, v, log_decay, np.zeros((2, V)), v_imag=v[..., :2])
