@@ -169,6 +169,14 @@ ABLATION_VARIANTS: dict[str, dict[str, Any]] = {
                                         "model.attention_dim": 8, "model.decay_phase": "s5",
                                         "model.value_gain": "s5_zoh",
                                         "model.out_proj_init_scale": 2.8},
+    # and with complex inputs as well, S5's complex B̃: W_v writes each state's imaginary part
+    # too (W_o 2.0x for the same scale at init: 0.38). What is left between it and S5 written as
+    # LION (`lion_s5_complex_input`) is LION-S's own: its selective gate and q·k.
+    "lion_s_s5_form_complex_input": {**_S5_SUM, "model.directional_readout": True,
+                                     **_S5_SHAPES, **_S5_D, **_GATE_OPEN, "model.key_dim": 4,
+                                     "model.attention_dim": 8, "model.decay_phase": "s5",
+                                     "model.complex_input": True, "model.value_gain": "s5_zoh",
+                                     "model.out_proj_init_scale": 2.0},
     # and its control with real decays: the recipe at S5's scale at init (W_o 1.7x: 0.40).
     "lion_s_s5_form_s5_scale": {**_S5_SUM, "model.directional_readout": True, **_S5_SHAPES,
                                 **_S5_D, **_GATE_OPEN, "model.key_dim": 4,
@@ -220,7 +228,8 @@ GROUPS: dict[str, tuple[str, ...]] = {
                "lion_s5_real_feedthrough", "s5_real_wide_state", "lion_s5_real_narrow_no_d",
                "lion_s5_selective", "lion_s_s5_form", "lion_s_feedthrough_open",
                "lion_s5_real_s5_gain", "lion_s_s5_form_complex", "lion_s_s5_form_complex_s5_scale",
-               "lion_s_s5_form_s5_scale", "lion_s5_complex", "lion_s5_complex_input"),
+               "lion_s_s5_form_s5_scale", "lion_s5_complex", "lion_s5_complex_input",
+               "lion_s_s5_form_complex_input"),
 }
 
 # Defaults that changed what a variant's command trains, by the dotted config field: the commit
@@ -282,6 +291,7 @@ LABELS: dict[str, str] = {
     "lion_s5_complex_input": "S5 written as LION: complex decays θ = Im Λ·Δ, complex inputs (B̃)",
     "lion_s_s5_form_complex_s5_scale": "LION-S in S5's form, complex decays θ = Im Λ·Δ, S5's scale",
     "lion_s_s5_form_s5_scale": "LION-S in S5's form at S5's scale at init (real decays)",
+    "lion_s_s5_form_complex_input": "LION-S in S5's form, complex decays θ = Im Λ·Δ and inputs",
     "transformer": "Transformer",
     "s5": "S5",
     "s5_real": "S5, real decays",

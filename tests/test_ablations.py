@@ -117,6 +117,11 @@ EXPECTED = {
                               "model.attention_dim": 8, "model.num_heads": 1, "model.key_dim": 1,
                               "model.decay_phase": "s5", "model.complex_input": True,
                               "model.out_proj_init_scale": 1.85},
+    "lion_s_s5_form_complex_input": {
+        "model.normalize": "none", "model.value_gain": "s5_zoh", "model.selective_bias_init": 8.0,
+        "model.directional_readout": True, "model.v_init": "lecun", "model.feedthrough": True,
+        "model.attention_dim": 8, "model.num_heads": 1, "model.key_dim": 4,
+        "model.decay_phase": "s5", "model.complex_input": True, "model.out_proj_init_scale": 2.0},
 }
 
 

@@ -137,7 +137,7 @@ def test_help_exits_0_and_lists_tasks_variants_groups_and_presets(program):
   assert status == 0, stderr
   for listed in ("Tasks: listops, text, retrieval, image, pathfinder, pathx",
                  "every task: lion_s, lion_d, lion_lit", "lion_s_snake", "transformer (baseline)",
-                 "table3 (5): lion_lit", "hippo_vs_random (6)", "positions (4)", "all (45)",
+                 "table3 (5): lion_lit", "hippo_vs_random (6)", "positions (4)", "all (46)",
                  "runlocal ", "cpu_long ", "demo "):
     assert listed in stdout, listed
   assert "--traceback" in stdout

@@ -50,7 +50,8 @@ LOCAL_RADIUS = 8
 
 
 def parse_variant(spec):
-  """"lion_s@model.dt_max=0.1@v_init=lecun" -> ("lion_s", {"dt_max": 0.1, "v_init": "lecun"})."""
+  """"lion_s@model.dt_max=0.1@v_init=lecun" -> ("lion_s", {"dt_max": 0.1, "v_init": "lecun"});
+  "true" and "false" (any case) are booleans."""
   name, *fields = spec.split("@")
   overrides = {}
   for field in fields:
@@ -58,9 +59,10 @@ def parse_variant(spec):
       raise SystemExit(f"--variants entry {spec!r}: {field!r} is not FIELD=VALUE "
                        "(e.g. lion_s@v_init=zoh_diag@dt_max=0.1)")
     key, value = field.split("=", 1)
+    value = {"true": True, "false": False}.get(value.lower(), value)
     for number in (int, float):
       try:
-        value = number(value)
+        value = value if isinstance(value, bool) else number(value)
         break
       except ValueError:
         pass
