@@ -51,7 +51,7 @@ RUNS_DIR = "runs"
 RUN_FILE = "run.json"
 # Copied as they are; metrics.jsonl is copied by `thin_metrics`, run.json written.
 COPIED = (CONFIG_FILE, CHANGES_FILE, RESULTS_FILE, FAILED_FILE, TIMING_FILE)
-MAX_METRICS_BYTES = 32 * 1024
+MAX_METRICS_BYTES = 16 * 1024
 # The code whose commit a run records ("+changes" when these paths differ from it).
 CODE_PATHS = ("configs", "lion_jax", "lra", "run.py")
 # Fields that leave a finished run's result as it is: how the same function is computed,
