@@ -176,7 +176,9 @@ ABLATION_VARIANTS: dict[str, dict[str, Any]] = {
                                         "model.out_proj_init_scale": 2.8},
     # and with complex inputs as well, S5's complex B̃: W_v writes each state's imaginary part
     # too (W_o 2.0x for the same scale at init: 0.38). What is left between it and S5 written as
-    # LION (`lion_s5_complex_input`) is LION-S's own: its selective gate and q·k.
+    # LION (`lion_s5_complex_input`) is LION-S's own: its selective gate and q·k. The recipe for
+    # Pathfinder: 67.46 / 67.73% `cpu_order` against S5's 61.33 / 61.94, but 38.55 on the ListOps
+    # testbed, where `lion_s_s5_form` is the recipe (docs/paper_notes.md §20).
     "lion_s_s5_form_complex_input": {**_S5_SUM, "model.directional_readout": True,
                                      **_S5_SHAPES, **_S5_D, **_GATE_OPEN, "model.key_dim": 4,
                                      "model.attention_dim": 8, "model.decay_phase": "s5",
