@@ -503,7 +503,7 @@ def test_directional_readout_follows_its_float64_definition(decay, attention_dim
 
 
 @pytest.mark.parametrize("decay_phase,complex_input", [("hippo", False), ("hippo", True),
-                                                       ("s5", False)])
+                                                       ("s5", False), ("s5", True)])
 def test_complex_decays_follow_their_float64_definition(decay_phase, complex_input):
   """decay_phase="hippo": each half h = Σ_j (q_i·k_j) M_ij e^{iθ|i−j|} (1 − λ_j) v_j over its side's
   keys, summed directly in float64; W_F and W_B read each head's Re h, then its Im h; D ⊙ x.
