@@ -54,6 +54,30 @@ _S5_SHAPES = {"model.attention_dim": 16, "model.num_heads": 1, "model.v_init": "
 _GATE_OPEN = {"model.selective_bias_init": 8.0}  # log σ(8) ≈ −0.0003: memories at the HiPPO base
 _S5_D = {"model.feedthrough": True}  # S5's feed-through D ⊙ x
 
+# The LION this codebase recommends for every task (`lion_complex`, docs/paper_notes.md §21):
+# LION-S in S5's form (the plain decayed sum with gain 1 − λ, D, two read-outs, the gate open at
+# init, a 16-channel state under a wide stream, trained in the `scan` form) with S5's complex
+# states: 8 complex channels whose decays turn by θ = Im Λ·Δ a token and whose inputs are
+# complex, as S5's B̃. Fields that differ from `lion_s`, at LION's own scale at init.
+LION_COMPLEX = {**_S5_SUM, "model.directional_readout": True, **_S5_SHAPES, **_S5_D,
+                **_GATE_OPEN, "model.key_dim": 4, "model.attention_dim": 8,
+                "model.decay_phase": "s5", "model.complex_input": True}
+# S5's scale at init: its gain 4(1 − λ) and W_o 2.0x LeCun-normal, so that the mixed tokens start
+# beside D ⊙ x with the std 0.38 that S5's start with under its standard-normal C (0.39 on
+# Pathfinder `cpu_order`, `bench/probes/mixed_scale.py`); LION's own scale starts them at about 0.05,
+# as S5's LeCun-normal C does.
+_S5_SCALE_AT_INIT = {"model.value_gain": "s5_zoh", "model.out_proj_init_scale": 2.0}
+# How large S5's mixed path starts is one of S5's per-task hyperparameters: its release draws C
+# LeCun-normal for ListOps, Text and Image and standard-normal for Retrieval, Pathfinder and
+# Path-X (`--C_init` in its scripts, `model.c_init` in `configs/<task>.py`). `lion_complex` takes
+# the same choice per task: S5's C_init -> the scale fields of LION_COMPLEX. (Each scale loses
+# the other kind of task: docs/paper_notes.md §20.)
+SCALE_AT_INIT_BY_S5_C_INIT: dict[str, dict[str, Any]] = {
+    "lecun_normal": {},
+    "trunc_standard_normal": _S5_SCALE_AT_INIT,
+    "complex_normal": _S5_SCALE_AT_INIT,
+}
+
 # variant -> dotted-field overrides on top of the task config (whose model is LION-S w/ HiPPO).
 ABLATION_VARIANTS: dict[str, dict[str, Any]] = {
     # Table 3, "w/o HiPPO" rows: the base decay starts at λ = σ(N(0, 1)) (the official
@@ -179,11 +203,7 @@ ABLATION_VARIANTS: dict[str, dict[str, Any]] = {
     # LION (`lion_s5_complex_input`) is LION-S's own: its selective gate and q·k. The recipe for
     # Pathfinder: 67.46 / 67.73% `cpu_order` against S5's 61.33 / 61.94, but 38.55 on the ListOps
     # testbed, where `lion_s_s5_form` is the recipe (docs/paper_notes.md §20).
-    "lion_s_s5_form_complex_input": {**_S5_SUM, "model.directional_readout": True,
-                                     **_S5_SHAPES, **_S5_D, **_GATE_OPEN, "model.key_dim": 4,
-                                     "model.attention_dim": 8, "model.decay_phase": "s5",
-                                     "model.complex_input": True, "model.value_gain": "s5_zoh",
-                                     "model.out_proj_init_scale": 2.0},
+    "lion_s_s5_form_complex_input": {**LION_COMPLEX, **_S5_SCALE_AT_INIT},
     # and its control with real decays: the recipe at S5's scale at init (W_o 1.7x: 0.40).
     "lion_s_s5_form_s5_scale": {**_S5_SUM, "model.directional_readout": True, **_S5_SHAPES,
                                 **_S5_D, **_GATE_OPEN, "model.key_dim": 4,
@@ -254,6 +274,7 @@ DEFAULT_CHANGES: dict[str, tuple[str, str]] = {
 
 # Row labels as the paper prints them.
 LABELS: dict[str, str] = {
+    "lion_complex": "LION (complex states in S5's form)",
     "lion_lit": "LION-LIT",
     "lion_d_random": "LION-D (w/o HiPPO)",
     "lion_s_random": "LION-S (w/o HiPPO)",

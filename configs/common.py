@@ -28,8 +28,9 @@ from lion_jax.config import ModelConfig, foreign_fields, preset
 from lion_jax.options import ConfigError
 from lra.tasks import TASKS as TASK_REGISTRY
 
-from configs.ablations import (ABLATION_VARIANTS, cpu_long_preset, cpu_order_preset, cpu_preset,
-                               ladder_preset, width_key)
+from configs.ablations import (ABLATION_VARIANTS, LION_COMPLEX, SCALE_AT_INIT_BY_S5_C_INIT,
+                               cpu_long_preset, cpu_order_preset, cpu_preset, ladder_preset,
+                               width_key)
 
 TASKS = ("listops", "text", "retrieval", "image", "pathfinder", "pathx")
 
@@ -43,6 +44,10 @@ RUNLOCAL_DATA_DIR = os.path.join(DATA_ROOT, "runlocal")
 # variant -> {dotted config field: value}. Names follow the paper's Table 3 rows; the
 # ablation rows of Tables 3 and 6 are one more line each.
 VARIANTS: dict[str, dict[str, Any]] = {
+    # The LION to use (configs/ablations.py `LION_COMPLEX`): LION-S in S5's form with S5's complex
+    # states, its scale at init S5's on the task (`SCALE_AT_INIT_BY_S5_C_INIT`, applied by
+    # `get_base_config`); docs/paper_notes.md §21.
+    "lion_complex": LION_COMPLEX,
     # LION-S (w/ HiPPO): selective vector decay on a HiPPO base (paper Sec. 4.5).
     "lion_s": {"model.decay": "selective", "model.decay_init": "hippo"},
     # LION-D (w/ HiPPO): a learnt, input-independent vector decay.
@@ -135,6 +140,28 @@ def s5_param_groups(opt_config: str, dt_global: bool = False) -> tuple[tuple[str
 
 # opt_config -> param_groups, with the release's default --dt_global=False.
 S5_PARAM_GROUPS = {name: s5_param_groups(name) for name in S5_OPT_CONFIGS}
+
+
+# Variants whose mixed path starts as large as S5's does on the task (`s5_scale_at_init`).
+S5_SCALED_VARIANTS = ("lion_complex",)
+
+
+def s5_scale_at_init(task: str, baselines: dict[str, dict[str, Any]] | None) -> dict[str, Any]:
+  """The scale fields that start a LION's mixed path as large as S5's on `task`.
+
+  Args:
+    task: the task whose config is being built.
+    baselines: the task's `BASELINES`, whose "s5" entry holds S5's `model.c_init` for the task.
+
+  Raises:
+    ConfigError: for a task without S5's settings, or a C_init without a scale here.
+  """
+  c_init = (baselines or {}).get("s5", {}).get("model.c_init")
+  if c_init not in SCALE_AT_INIT_BY_S5_C_INIT:
+    raise ConfigError(f"configs/{task}.py: BASELINES['s5'] sets model.c_init={c_init!r}, which "
+                      "configs/ablations.SCALE_AT_INIT_BY_S5_C_INIT has no scale at init for; "
+                      f"add it there (known: {', '.join(SCALE_AT_INIT_BY_S5_C_INIT)})")
+  return SCALE_AT_INIT_BY_S5_C_INIT[c_init]
 
 
 def task_variants(task: str) -> dict[str, dict[str, Any]]:
@@ -380,6 +407,8 @@ def get_base_config(task: str, arg: str | None, *, batch_size: int, num_epochs: 
   # The model: exactly the fields of `lion_jax.config.ModelConfig`, from the task preset.
   config.model = model_config_dict(task)
   set_fields(config, variants[args.variant], f"variant {args.variant!r}")
+  if args.variant in S5_SCALED_VARIANTS:
+    set_fields(config, s5_scale_at_init(task, baselines), f"variant {args.variant!r}")
   mixer = config.model.mixer
   if args.cpu:  # a small model and short run on the task's data (configs/ablations.py)
     set_fields(config, for_mixer(cpu_preset(task), mixer), "cpu")

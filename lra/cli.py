@@ -111,20 +111,34 @@ def quiet_backend_probes() -> None:
 
 
 def catalogue() -> str:
-  """The tasks, variants, variant groups and presets, as `--help` lists them."""
+  """The tasks, variants, variant groups and presets, as `--help` lists them: the recommended
+  LION first, then the paper's variants, the baselines, and the ladder's rungs one a line."""
   from configs import ablations, common  # pylint: disable=import-outside-toplevel  (imports jax)
   tasks = common.TASKS
+  rungs = [name for name in ablations.GROUPS["ladder"]
+           if name in common.VARIANTS or name in common.DERIVED_BASELINES]
+  rungs = [name for name in rungs if name not in ablations.GROUPS["table3"] + ablations.GROUPS["table6"]]
+  paper = [name for name in common.VARIANTS
+           if name not in rungs and name not in common.S5_SCALED_VARIANTS]
   lines = [f"Tasks: {', '.join(tasks)}.", "",
-           "Variants (--config configs/<task>.py:<variant>; default lion_s):",
-           f"  every task: {', '.join(common.VARIANTS)}",
-           f"  image, pathfinder, pathx only (LION♮ snake orders): {', '.join(common.GRID_VARIANTS)}"]
+           "Variants (--config configs/<task>.py:<variant>; default lion_s):"]
+  lines += [f"  {name}: the LION to use on every task: {ablations.LABELS[name]}, its mixed path "
+            "started as large as S5's on the task (docs/paper_notes.md §21)"
+            for name in common.S5_SCALED_VARIANTS]
+  lines += [f"  every task, the paper's rows and readings: {', '.join(paper)}",
+            f"  image, pathfinder, pathx only (LION♮ snake orders): {', '.join(common.GRID_VARIANTS)}"]
   for baseline in common.BASELINE_VARIANTS:
     having = [t for t in tasks if baseline in common.task_variants(t)]
     lines.append(f"  {baseline} (baseline): {', '.join(having)}")
+  lines += ["", "Ladder rungs between LION-S and S5, one change each (docs/paper_notes.md §20; "
+            "every task, s5_* where S5 is):"]
+  width = max(map(len, rungs))
+  lines += [f"  {name:<{width}}  {ablations.LABELS[name]}" for name in rungs]
   lines += ["", "Variant groups (lion-sweep --variants <group>):"]
   everything = {**common.VARIANTS, **common.GRID_VARIANTS, **common.BASELINE_VARIANTS}
-  for name, group in {**ablations.GROUPS, "all": tuple(everything)}.items():
+  for name, group in ablations.GROUPS.items():
     lines.append(f"  {name} ({len(group)}): {', '.join(group)}")
+  lines.append(f"  all ({len(everything)}): every variant above but the ladder's s5_* rungs")
   lines += ["", "Presets (after the variant: configs/<task>.py:<variant>,<preset>):"]
   presets = {**common.PRESET_FLAGS, "demo": "ListOps only: what `make demo` trains"}
   width = max(map(len, presets))

@@ -17,8 +17,26 @@ from lra import steps, train
 from lra.data.batching import make_loader
 from tests.lra_fixtures import SHRINK, fixture_data
 
-# variant -> {dotted field: value} that must differ from lion_s, and nothing else.
+# The LION to use, `lion_complex`: LION-S in S5's form with S5's complex states. Its mixed path
+# starts as large as S5's on the task: S5's release draws C LeCun-normal on ListOps, Text and
+# Image (LION's own scale), standard-normal on Retrieval, Pathfinder and Path-X (S5's gain and
+# W_o 2.0x).
+LION_COMPLEX = {
+    "model.normalize": "none", "model.value_gain": "one_minus_decay",
+    "model.selective_bias_init": 8.0, "model.directional_readout": True, "model.v_init": "lecun",
+    "model.feedthrough": True, "model.attention_dim": 8, "model.num_heads": 1,
+    "model.form": "scan", "model.key_dim": 4, "model.decay_phase": "s5",
+    "model.complex_input": True}
+S5_SCALE = {"model.value_gain": "s5_zoh", "model.out_proj_init_scale": 2.0}
+LION_COMPLEX_BY_TASK = {"listops": LION_COMPLEX, "text": LION_COMPLEX, "image": LION_COMPLEX,
+                        "retrieval": {**LION_COMPLEX, **S5_SCALE},
+                        "pathfinder": {**LION_COMPLEX, **S5_SCALE},
+                        "pathx": {**LION_COMPLEX, **S5_SCALE}}
+
+# variant -> {dotted field: value} that must differ from lion_s, and nothing else (a variant
+# whose fields depend on the task: {task: fields}).
 EXPECTED = {
+    "lion_complex": LION_COMPLEX_BY_TASK,
     "lion_s": {},
     "lion_d": {"model.decay": "fixed"},
     "lion_lit": {"model.decay": "lit"},
@@ -170,9 +188,29 @@ def test_variant_differs_from_lion_s_in_exactly_its_fields(task, flags):
   sized = {",cpu": ablations.cpu_preset(task), ",runlocal": common.RUNLOCAL}.get(flags, {})
   for variant, expected in EXPECTED.items():
     config = _config(task, variant + flags)
+    expected = expected.get(task, expected)
     expected = {k: v for k, v in expected.items() if k not in sized}
     assert _diff(base, config) == expected, variant
     train.check_config(config)  # a valid ModelConfig
+
+
+def test_lion_complex_is_the_recipes_it_was_measured_as():
+  """The records of `lion_complex` (docs/paper_notes.md §21) were trained as the recipes: on the
+  ListOps testbeds `lion_s_s5_form_complex_input` at LION's scale, on Pathfinder `cpu_order` that
+  recipe as it is. Field for field the same configs."""
+  lion_scale = {"model.value_gain": "one_minus_decay", "model.out_proj_init_scale": 1.0}
+  for task, flags, changes in [("listops", "ladder", lion_scale),
+                               ("listops", "ladder_long", lion_scale),
+                               ("pathfinder", "cpu_order", {})]:
+    recipe = _config(task, f"lion_s_s5_form_complex_input,{flags}")
+    common.set_fields(recipe, changes, "test")
+    assert _diff(recipe, _config(task, f"lion_complex,{flags}")) == {}, (task, flags)
+
+
+def test_a_task_whose_s5_c_init_has_no_scale_is_a_clear_error():
+  with pytest.raises(ConfigError, match=r"configs/listops.py: BASELINES\['s5'\] sets "
+                     r"model.c_init='unit'.*SCALE_AT_INIT_BY_S5_C_INIT"):
+    common.s5_scale_at_init("listops", {"s5": {"model.c_init": "unit"}})
 
 
 def test_s5s_derived_variants_differ_from_s5_in_exactly_their_fields_on_the_ladder():
@@ -277,14 +315,14 @@ def _one_step(task, variant, tmp_path):
 
 
 # Fast: a train step for the selective and the fixed decay families and the scalar decay shape
-# on three tasks, and `lion_s_s5_form_complex`, which takes the directional read-outs, the plain
-# sum, the feed-through, a state narrower than the stream and complex decays through the trainer
-# (`lion_s_s5_form` is the same without the rotations). Every variant on every
+# on three tasks, and `lion_complex`, which takes the directional read-outs, the plain sum, the
+# feed-through, a state narrower than the stream, complex decays and complex inputs at S5's
+# scale through the trainer (`lion_s_s5_form` is the same with real states). Every variant on every
 # task in make test-all (each variant's fields are checked above, fast; the feature maps,
 # selective gates and normalisations each variant switches are checked against their formulas
 # in tests/nn/test_mixer.py and tests/ops).
 FAST = [("listops", "lion_s"), ("text", "lion_d"), ("pathfinder", "abl3_scalar_decay"),
-        ("pathfinder", "lion_s_s5_form_complex")]
+        ("pathfinder", "lion_complex")]
 SLOW = [pytest.param(t, v, marks=pytest.mark.slow) for t in common.TASKS for v in EXPECTED
         if (t, v) not in FAST]
 

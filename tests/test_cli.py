@@ -136,8 +136,11 @@ def test_help_exits_0_and_lists_tasks_variants_groups_and_presets(program):
   status, stdout, stderr = command("--help", program=console_script(program))
   assert status == 0, stderr
   for listed in ("Tasks: listops, text, retrieval, image, pathfinder, pathx",
-                 "every task: lion_s, lion_d, lion_lit", "lion_s_snake", "transformer (baseline)",
-                 "table3 (5): lion_lit", "hippo_vs_random (6)", "positions (4)", "all (46)",
+                 "lion_complex: the LION to use on every task",
+                 "every task, the paper's rows and readings: lion_s, lion_d, lion_lit",
+                 "lion_s_snake", "transformer (baseline)",
+                 "  lion_s_s5_form   ", "  s5_real   ",  # a rung a line, with its description
+                 "table3 (5): lion_lit", "hippo_vs_random (6)", "positions (4)", "all (47)",
                  "runlocal ", "cpu_long ", "demo "):
     assert listed in stdout, listed
   assert "--traceback" in stdout
