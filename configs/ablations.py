@@ -627,23 +627,35 @@ _LADDER_LONG = {
 }
 
 
-def ladder_preset(task: str, mixer: str, *, long: bool = False) -> dict[str, Any]:
-  """Dotted-field overrides of the `ladder` flag (`configs/listops.py:<variant>,ladder`).
+# The testbed at LRA's lengths: `ladder_long` cut to 3,000 steps, evaluated every 250 (the
+# 6-block runs of docs/paper_notes.md §20, `--ladder-long --set num_train_steps=3000 --set
+# eval_every_steps=250`, field for field). On long ListOps one model's seeds spread by 3-4 points
+# (docs/paper_notes.md §21), so a comparison needs 3 or more seeds a model.
+_LONG_TESTBED = {**_LADDER_LONG, "num_train_steps": 3000, "eval_every_steps": 250}
+
+# flag -> the preset's fields, each at the ladder's widths.
+LADDER_PRESETS: dict[str, dict[str, Any]] = {"ladder": _LADDER, "ladder_long": _LADDER_LONG,
+                                             "long_testbed": _LONG_TESTBED}
+
+
+def ladder_preset(task: str, mixer: str, flag: str = "ladder") -> dict[str, Any]:
+  """Dotted-field overrides of a ladder flag (`configs/listops.py:<variant>,<flag>`).
 
   Args:
     task: must be "listops".
     mixer: the variant's `width_key`, which picks its width (`LADDER_WIDTH`).
-    long: the `ladder_long` flag: long ListOps and 10,000 steps (`_LADDER_LONG`).
+    flag: "ladder" (short ListOps, 6 blocks at about 48k parameters, 2,000 steps), "ladder_long"
+      (long ListOps, 10,000 steps) or "long_testbed" (long ListOps, 3,000 steps).
 
   Returns:
-    Short ListOps, 6 blocks at about 48k parameters, 2,000 steps (`_LADDER`), or the long one.
+    The preset's data, model and schedule (`LADDER_PRESETS`) at the mixer's width.
 
   Raises:
     ConfigError: for another task, or a mixer without a width.
   """
   if task != "listops":
-    raise ConfigError(f"the ladder preset is a ListOps preset, not one for {task!r}")
+    raise ConfigError(f"the {flag} preset is a ListOps preset, not one for {task!r}")
   if mixer not in LADDER_WIDTH:
-    raise ConfigError(f"the ladder preset has no width for mixer {mixer!r}: add it to "
+    raise ConfigError(f"the {flag} preset has no width for mixer {mixer!r}: add it to "
                       "configs/ablations.LADDER_WIDTH")
-  return {**(_LADDER_LONG if long else _LADDER), "model.d_model": LADDER_WIDTH[mixer]}
+  return {**LADDER_PRESETS[flag], "model.d_model": LADDER_WIDTH[mixer]}

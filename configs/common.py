@@ -28,9 +28,9 @@ from lion_jax.config import ModelConfig, foreign_fields, preset
 from lion_jax.options import ConfigError
 from lra.tasks import TASKS as TASK_REGISTRY
 
-from configs.ablations import (ABLATION_VARIANTS, LION_COMPLEX, SCALE_AT_INIT_BY_S5_C_INIT,
-                               cpu_long_preset, cpu_order_preset, cpu_preset, ladder_preset,
-                               width_key)
+from configs.ablations import (ABLATION_VARIANTS, LADDER_PRESETS, LION_COMPLEX,
+                               SCALE_AT_INIT_BY_S5_C_INIT, cpu_long_preset, cpu_order_preset,
+                               cpu_preset, ladder_preset, width_key)
 
 TASKS = ("listops", "text", "retrieval", "image", "pathfinder", "pathx")
 
@@ -200,6 +200,8 @@ PRESET_FLAGS: dict[str, str] = {
               "where S5 leads LION-S, for the ladder between them (configs/ablations.py)",
     "ladder_long": "ListOps only: the ladder at cpu_order's lengths and data, 6 blocks, 10,000 "
                    "steps: hours a run on a CPU, minutes on a GPU (configs/ablations.py)",
+    "long_testbed": "ListOps only: ladder_long cut to 3,000 steps: LRA's lengths at the least cost "
+                    "that still orders the models, 3+ seeds a model (configs/ablations.py)",
 }
 
 # What `runlocal` shrinks (any task then finishes in about a minute on a 2-core CPU).
@@ -417,10 +419,9 @@ def get_base_config(task: str, arg: str | None, *, batch_size: int, num_epochs: 
   width = width_key(config.model)
   if args.cpu_order:  # equal-parameter models where Table 7's ordering can show
     set_fields(config, for_mixer(cpu_order_preset(task, width), mixer), "cpu_order")
-  if args.ladder:  # the testbed of the ladder between S5 and LION-S
-    set_fields(config, for_mixer(ladder_preset(task, width), mixer), "ladder")
-  if args.ladder_long:  # the same ladder at the scale of an accelerator
-    set_fields(config, for_mixer(ladder_preset(task, width, long=True), mixer), "ladder_long")
+  for flag in LADDER_PRESETS:  # the ladder's testbeds between S5 and LION-S
+    if args[flag]:
+      set_fields(config, for_mixer(ladder_preset(task, width, flag), mixer), flag)
   if args.runlocal:
     set_fields(config, for_mixer(RUNLOCAL, mixer), "runlocal")
   return config, args

@@ -465,6 +465,9 @@ def build_parser() -> argparse.ArgumentParser:
   parser.add_argument("--ladder-long", dest="ladder_long", action="store_true",
                       help="ListOps: the same ladder at cpu_order's lengths, 6 blocks, 10,000 "
                            "steps, for an accelerator (configs/ablations.py)")
+  parser.add_argument("--long-testbed", dest="long_testbed", action="store_true",
+                      help="ListOps: the ladder at LRA's lengths cut to 3,000 steps, the testbed "
+                           "of lion_complex against S5 (configs/ablations.py)")
   parser.add_argument("--set", dest="sets", action="append", default=[], metavar="FIELD=VALUE",
                       help="config override for every run, e.g. --set num_train_steps=100")
   parser.add_argument("--parallel", type=int, default=1,
@@ -500,7 +503,7 @@ def main(argv: list[str] | None = None) -> int:
   variants = expand_variants(args.variants)
   seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
   flags = tuple(f for f in ("runlocal", "cpu", "cpu_long", "cpu_order", "ladder",
-                                  "ladder_long") if getattr(args, f))
+                                  "ladder_long", "long_testbed") if getattr(args, f))
   runs = plan(tasks, variants, seeds, args.workdir, flags=flags, sets=tuple(args.sets),
               python=args.python, records=args.records)
   skipped = [f"{v} on {t}" for t in tasks for v in variants if v not in common.task_variants(t)]

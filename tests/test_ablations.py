@@ -422,3 +422,15 @@ def test_ladder_long_is_the_accelerator_runs_of_the_6_block_question():
     differ = {k for k in stored if k in today and as_json(stored[k]) != as_json(today[k])}
     unread = {"model.num_heads"} if variant == "s5" else set()  # S5's state has no heads
     assert differ <= unread, {k: (stored[k], today[k]) for k in differ}
+
+
+@pytest.mark.parametrize("variant", ["s5", "lion_s_s5_form", "lion_complex"])
+def test_long_testbed_is_the_ladders_3000_step_runs(variant):
+  """`long_testbed` is `ladder_long` cut to 3,000 steps and evaluated every 250, the 6-block runs
+  of docs/paper_notes.md §20 (`--ladder-long --set num_train_steps=3000 --set
+  eval_every_steps=250`), so their records count for it."""
+  ladder_long = _config("listops", f"{variant},ladder_long")
+  common.set_fields(ladder_long, {"num_train_steps": 3000, "eval_every_steps": 250}, "test")
+  testbed = _config("listops", f"{variant},long_testbed")
+  assert _diff(ladder_long, testbed) == {}
+  assert testbed.generate.min_length >= 250 and testbed.seq_len == 512
