@@ -29,7 +29,8 @@ class ModelConfig:
   """
 
   # Sequence mixer inside every block: "lion" (`LionMixer`), "s5" (`lion_jax.nn.s5.S5Mixer`, the
-  # S5 baseline) or "softmax" (`lion_jax.nn.softmax.SoftmaxMixer`, the Transformer baseline). The
+  # S5 baseline), "softmax" (`lion_jax.nn.softmax.SoftmaxMixer`, the Transformer baseline) or
+  # "identity" (`lion_jax.nn.blocks.IdentityMixer`: no mixing, the floor of a step's cost). The
   # fields of one mixer (`MIXER_FIELDS`) may not be changed from their defaults under another.
   mixer: str = "lion"
   # Width H of the residual stream, number of residual blocks and of LION heads (d_head = H / heads).

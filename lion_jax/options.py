@@ -22,7 +22,7 @@ class ConfigError(ValueError):
 # Allowed values of every string option (the first one is `ModelConfig`'s default unless the field
 # says otherwise). Keys are the `ModelConfig` field names, which are also the argument names.
 CHOICES: dict[str, tuple[str, ...]] = {
-    "mixer": ("lion", "s5", "softmax"),
+    "mixer": ("lion", "s5", "softmax", "identity"),
     "block": ("s5", "transformer"),
     "norm": ("batch", "layer"),
     "activation": ("half_glu1", "half_glu2", "full_glu", "gelu"),

@@ -1,5 +1,6 @@
-"""Residual blocks around a sequence mixer (`MIXERS`: LION, S5 or softmax attention): the S5
-sequence layer and a Transformer block.
+"""Residual blocks around a sequence mixer (`MIXERS`: LION, S5, softmax attention, or the
+identity, which mixes nothing: a block's cost apart from its mixer): the S5 sequence layer and a
+Transformer block.
 
   S5Block (docs/design.md §3, S5 `SequenceLayer`, pre-norm by default):
       skip = x;  x = norm(x);  x = mixer(x);  x = activation block(x);  x = skip + x
@@ -30,8 +31,31 @@ from lion_jax.nn.mixer import LionMixer
 from lion_jax.nn.s5 import S5Mixer
 from lion_jax.nn.softmax import SoftmaxMixer
 
+
+class IdentityMixer(nnx.Module):
+  """No sequence mixing: each token passes through unchanged.
+
+  The block around it keeps its norms, activation block (GLU or MLP) and residual, and the
+  model its encoder and head, so a training step with this mixer is the floor of any mixer's
+  step at the same shapes (`bench/recipes_vs_s5.py`). It has no parameters and no fields.
+
+  Args:
+    config: model configuration (unused: nothing to size).
+    rngs: unused.
+  """
+
+  def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+    del config, rngs
+
+  def __call__(self, x, mask=None, *, form=None, chunk_size=None, segment_ids=None):
+    """[B, L, M] -> the same [B, L, M]; mask, form, chunk size and segment ids change nothing
+    (no token reaches another, so packed examples stay apart)."""
+    del mask, form, chunk_size, segment_ids
+    return x
+
+
 # `ModelConfig.mixer` -> the sequence mixer module; each maps ([B, L, M], mask) -> [B, L, M].
-MIXERS = {"lion": LionMixer, "s5": S5Mixer, "softmax": SoftmaxMixer}
+MIXERS = {"lion": LionMixer, "s5": S5Mixer, "softmax": SoftmaxMixer, "identity": IdentityMixer}
 
 
 def make_mixer(config: ModelConfig, *, rngs: nnx.Rngs):
@@ -191,5 +215,5 @@ def zero_padding(x, mask):
   return x if mask is None else x * mask[..., None].astype(x.dtype)
 
 
-__all__ = ["MIXERS", "S5Block", "TransformerBlock", "apply_mixer", "apply_norm", "make_block",
+__all__ = ["IdentityMixer", "MIXERS", "S5Block", "TransformerBlock", "apply_mixer", "apply_norm", "make_block",
            "make_mixer", "make_norm", "takes_segments", "zero_padding"]
