@@ -18,9 +18,10 @@ Forms (all exact, all differentiable, all accepting every decay shape and option
 
 `split_directions=True` returns the output's left and right halves apart (`lion_attention`):
 what LION with directional read-outs (`ModelConfig.directional_readout`) projects through two
-W_o. Every form computes them; "chunk_scan" then runs `recurrent.causal_chunk_scan` on the
-sequence and on its flip, which stores its residuals (on a CPU in chunks of at most
-`recurrent.CAUSAL_CHUNK_CPU` tokens).
+W_o; `v_right=` gives the right half values of its own (complex decays,
+`lion_jax.ops.rotation`). Every form computes them; "chunk_scan" then runs
+`recurrent.causal_chunk_scan` on the sequence and on its flip, which stores its residuals (on a
+CPU in chunks of at most `recurrent.CAUSAL_CHUNK_CPU` tokens).
 
 `segment_ids=` packs several examples into one row (`lion_jax.ops.segments`): a query sees only the
 keys of its own example, in every form, because the gate at each example's first token is
@@ -90,7 +91,8 @@ def lion_attention(q, k, v, log_decay=None, *, form: str | LionForm = "auto",
                    convention: str = "symmetric", normalize: str | Normalize = "after",
                    key_mask=None, chunk_size: int = 64, eps: float = 1e-6,
                    sequence_axis: str | None = None, state_pass: str = "auto",
-                   residuals: str = "auto", segment_ids=None, split_directions: bool = False):
+                   residuals: str = "auto", segment_ids=None, split_directions: bool = False,
+                   v_right=None):
   """Bidirectional LION attention.
 
   Args:
@@ -128,6 +130,9 @@ def lion_attention(q, k, v, log_decay=None, *, form: str | LionForm = "auto",
       w_ij = (q_i·k_j) M_ij and Z_i the row's usual normaliser, so each key on the left of the
       query counts in y^F and each on its right in y^B. Not with sequence_axis or
       residuals="recomputed"; chunk_scan then stores its residuals and ignores state_pass.
+    v_right: None, or [B, L, H, V] the values that y^B sums instead of v (split_directions
+      only): y^B_i = (Σ_{j>i} w_ij v_right_j + ½ w_ii v_right_i) / Z_i. Each direction carries
+      only its own values, as complex decays need (`lion_jax.ops.rotation`).
 
   Returns:
     [B, L, H, V] outputs in the dtype of `v` (a pair of them with split_directions). Decays,
@@ -143,6 +148,8 @@ def lion_attention(q, k, v, log_decay=None, *, form: str | LionForm = "auto",
       bool), a non-string option, or a chunk_size that is not an integer.
   """
   _check_arrays(q, k, v, log_decay, key_mask)
+  if v_right is not None:
+    _check_v_right(v, v_right, split_directions)
   batch, length, heads, _ = q.shape
   if segment_ids is not None:
     segments.check_segment_ids(segment_ids, batch, length)
@@ -173,7 +180,7 @@ def lion_attention(q, k, v, log_decay=None, *, form: str | LionForm = "auto",
                                normalize="none", key_mask=key_mask, chunk_size=chunk_size,
                                eps=eps, sequence_axis=sequence_axis, state_pass=state_pass,
                                residuals=residuals, segment_ids=segment_ids,
-                               split_directions=split_directions)
+                               split_directions=split_directions, v_right=v_right)
     dtype = jnp.promote_types(jnp.promote_types(q.dtype, v.dtype), jnp.float32)
     denominator = segments.example_key_dots(q.astype(dtype), k.astype(dtype), segment_ids,
                                             key_mask)  # [B, L, H]
@@ -183,6 +190,7 @@ def lion_attention(q, k, v, log_decay=None, *, form: str | LionForm = "auto",
   out_dtype = v.dtype
   dtype = jnp.promote_types(jnp.promote_types(q.dtype, v.dtype), jnp.float32)
   q, k, v = (x.astype(dtype) for x in (q, k, v))
+  v_right = None if v_right is None else v_right.astype(dtype)
   given_log_decay = None if log_decay is None else jnp.asarray(log_decay, dtype)
   log_decay = masks.per_token_log_decay(log_decay, batch, length, heads, value_dim, dtype)
   gate_f = masks.forward_gate(log_decay, convention)
@@ -198,8 +206,8 @@ def lion_attention(q, k, v, log_decay=None, *, form: str | LionForm = "auto",
   if split_directions:
     if key_mask is not None:
       k = k * key_mask[:, :, None, None].astype(dtype)
-    halves, denominator = _direction_halves(form, q, k, v, gate_f, log_decay, normalize,
-                                            chunk_size)
+    halves, denominator = _direction_halves(form, q, k, v, v_right, gate_f, log_decay,
+                                            normalize, chunk_size)
     if normalize is Normalize.BEFORE:
       denominator = jnp.einsum("blhk,bhk->blh", q, k.sum(axis=1))[..., None]
     if normalize is not Normalize.NONE:
@@ -268,6 +276,19 @@ def _check_arrays(q, k, v, log_decay, key_mask):
       raise TypeError(f"key_mask must be bool (False at padding keys); got dtype {key_mask.dtype}.")
 
 
+def _check_v_right(v, v_right, split_directions):
+  """Raises unless v_right is a floating array of v's shape, given with split_directions."""
+  if not split_directions:
+    raise ValueError("v_right (the values of the right half y^B) needs split_directions=True.")
+  if not (hasattr(v_right, "shape") and hasattr(v_right, "dtype")):
+    raise TypeError(f"v_right must be an array; got {type(v_right).__name__}.")
+  if tuple(v_right.shape) != tuple(v.shape):
+    raise ValueError(f"v_right must have v's shape [B, L, H, V]={tuple(v.shape)}; got "
+                     f"{tuple(v_right.shape)}.")
+  if not jnp.issubdtype(v_right.dtype, jnp.floating):
+    raise TypeError(f"v_right must be floating point; got dtype {v_right.dtype}.")
+
+
 def _check_numbers(chunk_size, eps):
   """Raises when chunk_size is not a positive integer or eps is a negative or non-finite number."""
   if isinstance(chunk_size, bool) or not isinstance(chunk_size, numbers.Integral):
@@ -289,8 +310,10 @@ def _recurrent(kernel, q, k, v, gate_f, log_decay, normalize):
   return out[..., :v.shape[-1]], out[..., v.shape[-1]:]
 
 
-def _direction_halves(form, q, k, v, gate_f, log_decay, normalize, chunk_size):
+def _direction_halves(form, q, k, v, v_right, gate_f, log_decay, normalize, chunk_size):
   """The numerator's left and right halves (`split_directions`) and the decayed normaliser.
+
+  v_right: None, or [B, L, H, V] the values of the right half (`lion_attention`).
 
   Returns:
     ([B, L, H, V], [B, L, H, V]) halves, and [B, L, H, G] Σ_j w_ij (None unless
@@ -298,8 +321,8 @@ def _direction_halves(form, q, k, v, gate_f, log_decay, normalize, chunk_size):
   """
   if form in (LionForm.ATTENTION, LionForm.CHUNK):
     evaluate = _attention if form is LionForm.ATTENTION else _chunked_queries
-    parts = [evaluate(q, k, v, gate_f, log_decay, normalize, chunk_size, side=side)
-             for side in ("left", "right")]
+    parts = [evaluate(q, k, values, gate_f, log_decay, normalize, chunk_size, side=side)
+             for values, side in ((v, "left"), (v if v_right is None else v_right, "right"))]
     halves = tuple(numerator for numerator, _ in parts)
     if normalize is not Normalize.AFTER:
       return halves, None
@@ -311,9 +334,11 @@ def _direction_halves(form, q, k, v, gate_f, log_decay, normalize, chunk_size):
     kernel = functools.partial(kernel, chunk_size=chunk_size)
   gate_b = masks.backward_gate_flipped(log_decay)
   if normalize is not Normalize.AFTER:
-    return recurrent.bidirectional_halves(kernel, q, k, v, gate_f, gate_b), None
+    return recurrent.bidirectional_halves(kernel, q, k, v, gate_f, gate_b, v_right), None
+  carried_right = None if v_right is None else masks.with_unit_values(v_right, gate_f)[0]
   carried, (gate_f, gate_b) = masks.with_unit_values(v, gate_f, gate_b)
-  left, right = recurrent.bidirectional_halves(kernel, q, k, carried, gate_f, gate_b)
+  left, right = recurrent.bidirectional_halves(kernel, q, k, carried, gate_f, gate_b,
+                                               carried_right)
   value_dim = v.shape[-1]
   return (left[..., :value_dim], right[..., :value_dim]), (left[..., value_dim:]
                                                            + right[..., value_dim:])

@@ -161,11 +161,13 @@ def bidirectional(kernel: CausalKernel, q, k, u, forward_gate, backward_gate_fli
   return forward + backward
 
 
-def bidirectional_halves(kernel: CausalKernel, q, k, u, forward_gate, backward_gate_flipped):
+def bidirectional_halves(kernel: CausalKernel, q, k, u, forward_gate, backward_gate_flipped,
+                         u_right=None):
   """The left and right halves of the bidirectional LION numerator, from one causal kernel.
 
   Both directions run in a single kernel call, stacked along the batch axis, so a scan pays its
-  per-step overhead once.
+  per-step overhead once. Each direction carries only its own values: the right half sums
+  u_right where given (complex decays turn the values one way for each side).
 
   Args:
     kernel: one of `CAUSAL_KERNELS`.
@@ -174,17 +176,20 @@ def bidirectional_halves(kernel: CausalKernel, q, k, u, forward_gate, backward_g
     u: [B, L, H, E] carried values.
     forward_gate: [B, L, H, G] log-gates of the forward direction.
     backward_gate_flipped: [B, L, H, G] log-gates of the backward direction, in flipped time.
+    u_right: None (both halves sum u), or [B, L, H, E] the values the right half sums instead.
 
   Returns:
-    ([B, L, H, E], [B, L, H, E]): Σ_{j<i} (q_i·k_j) M_ij u_j and Σ_{j>i}, each with half the
-    diagonal term ½ (q_i·k_i) u_i, so that the two sum to the numerator over all keys.
+    ([B, L, H, E], [B, L, H, E]): Σ_{j<i} (q_i·k_j) M_ij u_j and Σ_{j>i} (of u_right where
+    given), each with half the diagonal term ½ (q_i·k_i) u_i, so that with u_right=None the two
+    sum to the numerator over all keys.
   """
+  u_right = u if u_right is None else u_right
   flip = lambda x: jnp.flip(x, axis=1)
   both = lambda x, y: jnp.concatenate([x, y], axis=0)  # [2B, ...]
-  out = kernel(both(q, flip(q)), both(k, flip(k)), both(u, flip(u)),
+  out = kernel(both(q, flip(q)), both(k, flip(k)), both(u, flip(u_right)),
                both(forward_gate, backward_gate_flipped))
   batch = q.shape[0]
   out_forward, out_backward = out[:batch], flip(out[batch:])  # [B, L, H, E] each
   # Theorem 3.3: each direction counts the diagonal (q_t·k_t) u_t once; remove half from each.
-  half_diagonal = 0.5 * jnp.einsum("blhk,blhk->blh", q, k)[..., None] * u
-  return out_forward - half_diagonal, out_backward - half_diagonal
+  half_scores = 0.5 * jnp.einsum("blhk,blhk->blh", q, k)[..., None]  # [B, L, H, 1]
+  return out_forward - half_scores * u, out_backward - half_scores * u_right

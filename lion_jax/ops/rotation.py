@@ -9,18 +9,21 @@ token. With one rotation per decay channel, input-independent, the mask of a pla
                                                                      bidirectional scans)
 
 and the output is complex, h_i = Σ_j (q_i·k_j) M_ij e^{iθ|i−j|} v_j (v_j itself complex with
-`v_imag`). The phase factorises, like
-rotary position embeddings: for the keys left of the query e^{iθ(i−j)} = e^{iΘ_i} e^{−iΘ_j}
-with Θ_i = θ·i, and for those right of it the conjugate. So
+`v_imag`). The phase factorises, like rotary position embeddings: for the keys left of the query
+e^{iθ(i−j)} = e^{iΘ_i} e^{−iΘ_j} with Θ_i = θ·i, and for those right of it e^{−iΘ_i} e^{+iΘ_j}.
+So
 
-    h^F_i = e^{iΘ_i}       Y^F_i,   h^B_i = conj(e^{iΘ_i} Y^B_i),   Y = LION(q, k, e^{−iΘ} ⊙ v)
+    h^F_i = e^{iΘ_i} Y^F_i,   h^B_i = e^{−iΘ_i} Y^B_i,   (Y^F, Y^B) = LION(q, k, e^{−iΘ} ⊙ v;
+                                                                     right half: e^{+iΘ} ⊙ v)
 
 where Y^F, Y^B are the two halves of `lion_attention(split_directions=True)` (keys left of the
-query with half of its own, and right of it) run on the real and imaginary parts of the rotated
-values as 2V real channels, each pair sharing its decay. Every form of `lion_attention` is
-therefore exact here too, with padding and packed segments: only differences Θ_i − Θ_j enter,
-so where a row's examples start changes nothing. Θ_i is computed in at least float32, whose
-rounding of θ·i costs about 1e-7·|Θ_i| radians (3e-4 at L = 1,024 and θ = 3).
+query with half of its own, and right of it), each direction run on its own rotated values
+(`v_right`): their real and imaginary parts as 2V real channels, each pair sharing its decay.
+So complex values cost what real ones do, 2V channels a direction. Every form of
+`lion_attention` runs unchanged, so it is exact here too, with padding and packed segments: only
+differences Θ_i − Θ_j enter, so where a row's examples start changes nothing. Θ_i is computed
+in at least float32, whose rounding of θ·i costs about 1e-7·|Θ_i| radians (3e-4 at L = 1,024 and
+θ = 3).
 
 A row normaliser Σ_j (q_i·k_j) M^θ_ij would be complex, so only normalize="none" is defined.
 
@@ -78,26 +81,20 @@ def rotating_lion_attention(q, k, v, log_decay, phase, *, v_imag=None,
     """e^{sign·iΘ} (re + i·im) as (real part, imaginary part), per token and channel."""
     return cos * re - sign * sin * im, cos * im + sign * sin * re
 
-  re = v.astype(dtype)
-  # Keys left of the query need e^{−iΘ_j} v_j, those right of it e^{+iΘ_j} v_j; for real values
-  # the second is the first's conjugate, so one rotated copy serves both (h^B from its conjugate).
-  rotated = [rotate(re, jnp.zeros_like(re) if v_imag is None else v_imag.astype(dtype), -1.0)]
-  if v_imag is not None:
-    rotated.append(rotate(re, v_imag.astype(dtype), 1.0))
-  channels = jnp.concatenate([part for pair in rotated for part in pair],
-                             axis=-1).astype(v.dtype)  # [B, L, H, 2V or 4V]
+  def turned(pair, sign):
+    """[B, L, H, 2V] e^{sign·iΘ} (Re ‖ Im) of a [B, L, H, 2V] pair, in the dtype of `v`."""
+    return jnp.concatenate(rotate(pair[..., :value_dim], pair[..., value_dim:], sign),
+                           axis=-1).astype(v.dtype)
+
+  im = jnp.zeros_like(v) if v_imag is None else v_imag
+  values = jnp.concatenate([v, im], axis=-1).astype(dtype)  # [B, L, H, 2V]
+  # Keys left of the query need e^{−iΘ_j} v_j, those right of it e^{+iΘ_j} v_j: each direction
+  # of the kernel carries only its own pair.
+  left, right = turned(values, -1.0), turned(values, 1.0)  # [B, L, H, 2V] each
   if log_decay is not None and jnp.ndim(log_decay) in (2, 4):  # per value channel: Re, Im share it
-    log_decay = jnp.concatenate([log_decay] * (2 * len(rotated)), axis=-1)  # [.., H, 2V or 4V]
-  forward, backward = lion_attention(q, k, channels, log_decay, normalize="none",
-                                     split_directions=True, **options)  # [B, L, H, 2V or 4V]
-  forward, backward = forward.astype(dtype), backward.astype(dtype)
-  d = value_dim
-  h_forward = rotate(forward[..., :d], forward[..., d:2 * d], 1.0)  # e^{iΘ_i} Y^F_i
-  if v_imag is None:  # conj(e^{iΘ_i} Y^B_i)
-    re_b, im_b = rotate(backward[..., :d], backward[..., d:2 * d], 1.0)
-    h_backward = re_b, -im_b
-  else:  # e^{−iΘ_i} Y⁺^B_i, Y⁺ the sum over the values turned the other way
-    h_backward = rotate(backward[..., 2 * d:3 * d], backward[..., 3 * d:], -1.0)
-  forward, backward = (jnp.concatenate(h, axis=-1).astype(v.dtype)  # [B, L, H, 2V]
-                       for h in (h_forward, h_backward))
+    log_decay = jnp.concatenate([log_decay] * 2, axis=-1)  # [H, 2V] or [B, L, H, 2V]
+  halves = lion_attention(q, k, left, log_decay, normalize="none", split_directions=True,
+                          v_right=right, **options)  # ([B, L, H, 2V], [B, L, H, 2V])
+  forward = turned(halves[0].astype(dtype), 1.0)  # [B, L, H, 2V] e^{iΘ_i} Y^F_i
+  backward = turned(halves[1].astype(dtype), -1.0)  # [B, L, H, 2V] e^{−iΘ_i} Y^B_i
   return (forward, backward) if split_directions else forward + backward

@@ -756,6 +756,44 @@ def test_split_packed_rows_equal_each_example_alone():
       np.testing.assert_allclose(got[:, start:stop], want, rtol=1e-5, atol=1e-6)
 
 
+@functools.lru_cache(maxsize=None)
+def split_with_right_values(form):
+  """Halves with values of the right half's own (`v_right`), normalize="none" and "after"."""
+  def run(q, k, v, v_right, log_decay, key_mask):
+    return [lion_attention(q, k, v, log_decay, form=form, normalize=normalize, key_mask=key_mask,
+                           chunk_size=CHUNK, split_directions=True, v_right=v_right)
+            for normalize in ("none", "after")]
+  return jax.jit(run)
+
+
+@pytest.mark.parametrize("form", [pytest.param(f, marks=pytest.mark.slow)
+                                  if f in ("rnn", "chunk") else f for f in FORMS])
+def test_split_directions_with_right_values_sum_each_sides_own(form):
+  """v_right: the left half sums v, the right half v_right (complex decays turn the values one
+  way for each side); the normaliser stays the row's. Mixing the two, in either half, fails."""
+  q, k, v, log_decay, key_mask = make_inputs(37, "selective_vector", seed=28)
+  key_mask[0] = True
+  v_right = np.random.default_rng(29).normal(size=v.shape)
+  with jax.enable_x64(True):
+    outputs = split_with_right_values(form)(q, k, v, v_right, log_decay, key_mask)
+  for normalize, halves in zip(("none", "after"), outputs):
+    for side, values, other, got in (("left", v, v_right, halves[0]),
+                                     ("right", v_right, v, halves[1])):
+      want, wrong = (reference_lion(q, k, x, log_decay, normalize=normalize, key_mask=key_mask,
+                                    side=side) for x in (values, other))
+      np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10,
+                                 err_msg=f"{side} normalize={normalize}")
+      assert np.abs(want - wrong).max() > 0.1  # the other side's values would fail
+
+
+def test_split_directions_right_values_need_the_split_and_vs_shape():
+  q, k, v, _, _ = (np.float32(x) for x in make_inputs(7, "lit"))
+  with pytest.raises(ValueError, match="v_right .* needs split_directions=True"):
+    lion_attention(q, k, v, v_right=v)
+  with pytest.raises(ValueError, match=r"v_right must have v's shape"):
+    lion_attention(q, k, v, v_right=v[..., :2], split_directions=True)
+
+
 def test_split_directions_refuse_a_sequence_axis():
   q, k, v, _, _ = (np.float32(x) for x in make_inputs(7, "lit"))
   with pytest.raises(ValueError, match="split_directions=True cannot run with sequence_axis"):

@@ -1,8 +1,8 @@
 """The specification of complex decays λ e^{iθ} (`rotating_lion_attention`).
 
 Every form equals the float64 definition h_i = Σ_j (q_i·k_j) M_ij e^{iθ|i−j|} v_j summed entry by
-entry (`tests/reference.py`), each half of it too, with padding, packed rows, gradients, and at
-L = 16,384 in float32.
+entry (`tests/reference.py`), each half of it too, with real and complex values, padding, packed
+rows, gradients, and at L = 16,384 in float32.
 """
 
 import functools
@@ -76,22 +76,32 @@ def test_every_form_equals_the_float64_complex_definition(decay_kind, form):
   assert np.abs(as_complex(np.asarray(whole)).real - real_only).max() > 0.1
 
 
-@pytest.mark.parametrize("form", ["chunk_scan", pytest.param("rnn", marks=pytest.mark.slow)])
+@functools.lru_cache(maxsize=None)
+def complex_halves(form):
+  """The halves for complex values (`v_imag`), in one jitted function."""
+  return jax.jit(functools.partial(rotating_lion_attention, form=form, chunk_size=CHUNK,
+                                   split_directions=True))
+
+
+@pytest.mark.parametrize("form", FORMS)
 def test_complex_values_enter_both_directions_by_the_definition(form):
-  """v_imag: h = Σ_j (q_i·k_j) M_ij e^{iθ|i−j|} (v_j + i·w_j); the keys right of the query turn
-  the values the other way, so no conjugate shortcut holds for them."""
+  """v_imag: h = Σ_j (q_i·k_j) M_ij e^{iθ|i−j|} (v_j + i·w_j), a key mask in row 1. The keys
+  right of the query turn the values the other way, so each direction must carry its own
+  rotated pair: the conjugate shortcut of real values, or either pair in the other direction,
+  would give Σ_j ... (v_j − i·w_j) there instead, off by twice the imaginary inputs' share."""
   q, k, v, log_decay, key_mask = make_inputs(19, "selective_vector", seed=39)
+  key_mask[0] = True
   w = np.random.default_rng(40).normal(size=v.shape)
   phase = make_phase("selective_vector", seed=41)
-  run = jax.jit(functools.partial(rotating_lion_attention, form=form, chunk_size=CHUNK,
-                                  key_mask=key_mask, split_directions=True))
   with jax.enable_x64(True):
-    halves = run(q, k, v, log_decay, phase, v_imag=w)
+    halves = complex_halves(form)(q, k, v, log_decay, phase, v_imag=w, key_mask=key_mask)
   for side, got in zip(("left", "right"), halves):
-    want = sum(unit * reference_lion(q, k, part, log_decay, normalize="none", key_mask=key_mask,
-                                     side=side, phase=phase) for part, unit in ((v, 1), (w, 1j)))
-    np.testing.assert_allclose(as_complex(np.asarray(got)), want, rtol=1e-10, atol=1e-10,
-                               err_msg=side)
+    real_part, imaginary_part = (reference_lion(q, k, part, log_decay, normalize="none",
+                                                key_mask=key_mask, side=side, phase=phase)
+                                 for part in (v, w))
+    np.testing.assert_allclose(as_complex(np.asarray(got)), real_part + 1j * imaginary_part,
+                               rtol=1e-10, atol=1e-10, err_msg=side)
+    assert np.abs(imaginary_part).max() > 0.5  # the wrong pair would be off by twice this
 
 
 def test_a_zero_phase_is_the_real_plain_sum_with_a_zero_imaginary_part():
@@ -107,40 +117,44 @@ def test_a_zero_phase_is_the_real_plain_sum_with_a_zero_imaginary_part():
 # make test: chunk_scan, the training form; make test-all adds the recurrence.
 @pytest.mark.parametrize("form", ["chunk_scan", pytest.param("rnn", marks=pytest.mark.slow)])
 def test_gradients_equal_the_full_forms_and_finite_differences(form):
-  """Through q, k, v, log λ and θ, of both halves."""
+  """Through q, k, v, v_imag, log λ and θ, of both halves (complex values: each direction's own
+  rotated pair)."""
   q, k, v, log_decay, key_mask = make_inputs(14, "selective_vector", seed=33)
   phase = make_phase("selective_vector", seed=34)
   rng = np.random.default_rng(35)
+  v_imag = rng.normal(size=v.shape)
   weights = rng.normal(size=v.shape[:-1] + (2 * V,)), rng.normal(size=v.shape[:-1] + (2 * V,))
 
-  def loss(form, q, k, v, log_decay, phase):
-    halves = rotating_lion_attention(q, k, v, log_decay, phase, form=form, chunk_size=CHUNK,
-                                     key_mask=key_mask, split_directions=True)
+  def loss(form, q, k, v, v_imag, log_decay, phase):
+    halves = rotating_lion_attention(q, k, v, log_decay, phase, v_imag=v_imag, form=form,
+                                     chunk_size=CHUNK, key_mask=key_mask, split_directions=True)
     return sum(jnp.sum(half * w) for half, w in zip(halves, weights))
 
   with jax.enable_x64(True):
-    args = tuple(jnp.asarray(x) for x in (q, k, v, log_decay, phase))
+    args = tuple(jnp.asarray(x) for x in (q, k, v, v_imag, log_decay, phase))
+    argnums = tuple(range(len(args)))
     jax.test_util.check_grads(jax.jit(functools.partial(loss, form)), args, order=1,
                               modes=["rev"])
-    expected = jax.jit(jax.grad(functools.partial(loss, "attention"),
-                                argnums=(0, 1, 2, 3, 4)))(*args)
-    got = jax.jit(jax.grad(functools.partial(loss, form), argnums=(0, 1, 2, 3, 4)))(*args)
-  for name, g, e in zip("q k v log_decay phase".split(), got, expected):
+    expected = jax.jit(jax.grad(functools.partial(loss, "attention"), argnums=argnums))(*args)
+    got = jax.jit(jax.grad(functools.partial(loss, form), argnums=argnums))(*args)
+  for name, g, e in zip("q k v v_imag log_decay phase".split(), got, expected):
     assert np.abs(e).max() > 0, name
     np.testing.assert_allclose(g, e, rtol=1e-9, atol=1e-10, err_msg=f"{form} d/d{name}")
 
 
 def test_packed_rows_equal_each_example_alone():
-  """An example's rotations do not depend on where in the row it starts."""
+  """An example's rotations do not depend on where in the row it starts (complex values)."""
   q, k, v, log_decay, _ = make_inputs(30, "selective_vector", seed=36, batch=1)
+  v_imag = np.random.default_rng(42).normal(size=v.shape)
   phase = make_phase("selective_vector", seed=37)
   segment_ids = np.repeat([[1, 2, 3]], [11, 13, 6], axis=1)
   run = jax.jit(functools.partial(rotating_lion_attention, form="chunk_scan", chunk_size=CHUNK,
                                   split_directions=True))
   with jax.enable_x64(True):
-    packed = run(q, k, v, log_decay, phase, segment_ids=segment_ids)
+    packed = run(q, k, v, log_decay, phase, v_imag=v_imag, segment_ids=segment_ids)
     for start, stop in ((0, 11), (11, 24), (24, 30)):
-      alone = run(*(x[:, start:stop] for x in (q, k, v, log_decay)), phase)
+      q_e, k_e, v_e, w_e, decay_e = (x[:, start:stop] for x in (q, k, v, v_imag, log_decay))
+      alone = run(q_e, k_e, v_e, decay_e, phase, v_imag=w_e)
       for got, want in zip(packed, alone):
         np.testing.assert_allclose(got[:, start:stop], want, rtol=1e-10, atol=1e-10)
 
