@@ -69,9 +69,10 @@ class Model:
 def identity_floor(config):
   """The experiment config with its model's mixer replaced by the identity, all else kept.
 
-  The mixer's own fields go back to their defaults (the identity reads none), and the position
-  encoding the model had (`positional="auto"` resolves by mixer) is pinned, so the encoder,
-  blocks, norms and head are the ones the model trains.
+  The mixer's own fields go back to their defaults and its heads to one (the identity reads
+  none of them; so LION's and S5's blocks of one width share a floor), and the position encoding
+  the model had (`positional="auto"` resolves by mixer) is pinned, so the encoder, blocks, norms
+  and head are the ones the model trains.
 
   Args:
     config: an experiment config (`configs/<task>.py`).
@@ -85,6 +86,7 @@ def identity_floor(config):
   for name in foreign_fields("identity"):
     floor.model[name] = defaults[name]
   floor.model.mixer = "identity"
+  floor.model.num_heads = 1
   floor.model.positional = model.position_encoding
   return floor
 
@@ -209,7 +211,7 @@ def table(records, skipped):
   rows = [[r["task"] + ("" if r["preset"] == "full" else f" {r['preset']}"),
            r["model"], str(r["seq_len"]) + (" x2" if r["task"] == "retrieval" else ""),
            str(r["batch"]), harness.fmt_ms(r.get("median_s")),
-           f"{r['examples_per_s']:.1f}" if "examples_per_s" in r else r.get("skipped", "–"),
+           f"{r['examples_per_s']:.3g}" if "examples_per_s" in r else r.get("skipped", "–"),
            ratio(r.get("examples_per_s_over_s5")), ratio(r.get("step_over_floor")),
            harness.fmt_bytes(r.get("memory_batch_32_bytes")), ratio(r.get("memory_over_s5"))]
           for r in records]
@@ -243,9 +245,10 @@ def main(argv=None):
     task, _, preset = setting.partition(":")
     setting_records, skipped[setting] = run_setting(task, preset, variants, args)
     records += setting_records
+    # after every setting: a long run cut short keeps the settings it finished
+    harness.write_json(name, records, out_dir, extra={"skipped": skipped,
+                                                      "memory_batch": MEMORY_BATCH})
   print("\n" + table(records, skipped))
-  harness.write_json(name, records, out_dir, extra={"skipped": skipped,
-                                                    "memory_batch": MEMORY_BATCH})
 
 
 if __name__ == "__main__":
