@@ -3,6 +3,7 @@
   .venv/bin/python bench/recipes_vs_s5.py            # every task preset and the sweeps' CPU presets
   .venv/bin/python bench/recipes_vs_s5.py --quick    # ListOps `runlocal` at L = 128: seconds
   .venv/bin/python bench/recipes_vs_s5.py --settings listops:ladder --variants lion_s_s5_form,s5,lion_s
+  .venv/bin/python bench/recipes_vs_s5.py --variants lion_complex,s5     # one LION against S5, everywhere
 
 For each setting (a task's full preset, or `task:flag` with one of the CPU preset flags of
 configs/common.py, e.g. `listops:ladder`), every `--variants` entry trains the real step
