@@ -19,7 +19,11 @@ Which function runs, and the measurement that chose it (docs/benchmarks.md §N):
   attention, or auto with L ≤ C   `_attention`, the whole [B, H, G, L, L] mask (one chunk: the
                                   same work as chunk_scan, without its scan)
   rnn / scan                      `recurrent.bidirectional` over `causal_rnn` (O(L) memory) /
-                                  `causal_associative_scan` (log depth, a GPU tool)
+                                  `causal_associative_scan` (log depth, a GPU tool); on a CPU
+                                  scan runs `causal_rnn` too (state_pass "auto": fwd+bwd
+                                  2-2.5x faster at L = 1,024, K = 4, E = 8)
+  complex decays (`rotation`)     rnn / scan: complex gates log λ + iθ in the recurrence
+                                  (`phase`); other forms rotate values and outputs by e^{∓iΘ}
   chunk                           `_chunked_queries`, the paper's LION-Chunk (C.10)
   chunk_scan, stored residuals:
     one decay per head            `chunkwise._chunk_kernel` with an exact C×C mask a chunk

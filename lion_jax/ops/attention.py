@@ -5,7 +5,8 @@
 Forms (all exact, all differentiable, all accepting every decay shape and option):
   attention:  the full L×L (×V for vector decays) mask from stable segment sums. O(L²) memory.
   rnn:        a forward and a backward `lax.scan` over tokens (Theorem 3.3). O(L) steps.
-  scan:       the same recurrence by `lax.associative_scan` (a GPU tool; slow on CPU).
+  scan:       the same recurrence by `lax.associative_scan` (log depth, for accelerators); on a
+              CPU `state_pass="auto"` passes its states token by token, the rnn form's kernel.
   chunk:      the paper's LION-Chunk: query chunks mapped with `jax.vmap`, key chunks
               accumulated by `lax.scan`. O(L·C) memory but still O(L²) work.
   chunk_scan: exact C×C blocks plus forward and backward scans over chunk states.
@@ -92,7 +93,7 @@ def lion_attention(q, k, v, log_decay=None, *, form: str | LionForm = "auto",
                    key_mask=None, chunk_size: int = 64, eps: float = 1e-6,
                    sequence_axis: str | None = None, state_pass: str = "auto",
                    residuals: str = "auto", segment_ids=None, split_directions: bool = False,
-                   v_right=None):
+                   v_right=None, phase=None):
   """Bidirectional LION attention.
 
   Args:
@@ -111,9 +112,10 @@ def lion_attention(q, k, v, log_decay=None, *, form: str | LionForm = "auto",
     sequence_axis: a mesh axis of the current mesh (`jax.set_mesh`) to split the sequence over
       (context parallelism: each device holds L / P tokens and only K×E states per head cross
       devices); None keeps the sequence whole. Needs form "chunk_scan" or "auto".
-    state_pass: how "chunk_scan" passes states between chunks: "scan", "associative" (log
-      depth, for accelerators) or "auto" (`chunkwise.resolve_state_pass`); the values are the
-      same. Also each shard's kernel under `sequence_axis`. Other forms ignore it.
+    state_pass: how "chunk_scan" passes states between chunks, and "scan" between tokens:
+      "scan" (`lax.scan`), "associative" (`lax.associative_scan`, log depth, for accelerators)
+      or "auto" (`chunkwise.resolve_state_pass`: "scan" on a CPU); the values are the same.
+      Also each shard's kernel under `sequence_axis`. Other forms ignore it.
     residuals: what "chunk_scan" keeps for the backward pass: "stored" (chunk blocks, states
       and normalisers: the fastest), "recomputed" (only the inputs; the kernel runs segment by
       segment and again in the backward pass, `lion_jax.ops.recomputed`) or "auto"
@@ -133,6 +135,10 @@ def lion_attention(q, k, v, log_decay=None, *, form: str | LionForm = "auto",
     v_right: None, or [B, L, H, V] the values that y^B sums instead of v (split_directions
       only): y^B_i = (Σ_{j>i} w_ij v_right_j + ½ w_ii v_right_i) / Z_i. Each direction carries
       only its own values, as complex decays need (`lion_jax.ops.rotation`).
+    phase: None, or [H, 1 or V/2] θ: complex decays λ e^{iθ} (forms "rnn" and "scan",
+      normalize="none", no v_right; `lion_jax.ops.rotation`): v holds V/2 complex values per
+      head, their real parts, then their imaginary parts, log_decay one log λ per head or per
+      complex channel, and the outputs are complex in the same layout.
 
   Returns:
     [B, L, H, V] outputs in the dtype of `v` (a pair of them with split_directions). Decays,
@@ -159,6 +165,9 @@ def lion_attention(q, k, v, log_decay=None, *, form: str | LionForm = "auto",
   check_choice("state_pass", state_pass)
   residuals = check_choice("residuals", residuals)
   _check_numbers(chunk_size, eps)
+  if phase is not None:
+    _check_phase(form, length, chunk_size, normalize, v, v_right, phase)
+    value_dim //= 2  # complex channels: each a real and an imaginary part
   if split_directions and sequence_axis is not None:
     raise ValueError(f"split_directions=True cannot run with sequence_axis={sequence_axis!r}: "
                      "the context-parallel kernel sums both directions; use sequence_axis=None.")
@@ -191,6 +200,7 @@ def lion_attention(q, k, v, log_decay=None, *, form: str | LionForm = "auto",
   dtype = jnp.promote_types(jnp.promote_types(q.dtype, v.dtype), jnp.float32)
   q, k, v = (x.astype(dtype) for x in (q, k, v))
   v_right = None if v_right is None else v_right.astype(dtype)
+  phase = None if phase is None else jnp.asarray(phase, dtype)
   given_log_decay = None if log_decay is None else jnp.asarray(log_decay, dtype)
   log_decay = masks.per_token_log_decay(log_decay, batch, length, heads, value_dim, dtype)
   gate_f = masks.forward_gate(log_decay, convention)
@@ -207,7 +217,7 @@ def lion_attention(q, k, v, log_decay=None, *, form: str | LionForm = "auto",
     if key_mask is not None:
       k = k * key_mask[:, :, None, None].astype(dtype)
     halves, denominator = _direction_halves(form, q, k, v, v_right, gate_f, log_decay,
-                                            normalize, chunk_size)
+                                            normalize, chunk_size, state_pass, phase)
     if normalize is Normalize.BEFORE:
       denominator = jnp.einsum("blhk,bhk->blh", q, k.sum(axis=1))[..., None]
     if normalize is not Normalize.NONE:
@@ -238,7 +248,7 @@ def lion_attention(q, k, v, log_decay=None, *, form: str | LionForm = "auto",
                 LionForm.CHUNK_SCAN: functools.partial(_chunk_scan, state_pass=state_pass)}[form]
     numerator, denominator = evaluate(q, k, v, gate_f, log_decay, normalize, chunk_size)
   else:
-    numerator, denominator = _recurrent(recurrent.CAUSAL_KERNELS[form.value], q, k, v,
+    numerator, denominator = _recurrent(_causal_kernel(form, state_pass, phase), q, k, v,
                                         gate_f, log_decay, normalize)
   if normalize is Normalize.BEFORE:
     # Σ_j q_i·k_j without decays: one dot product with the summed (masked) keys.
@@ -289,6 +299,32 @@ def _check_v_right(v, v_right, split_directions):
     raise TypeError(f"v_right must be floating point; got dtype {v_right.dtype}.")
 
 
+def _check_phase(form, length, chunk_size, normalize, v, v_right, phase):
+  """Raises unless complex decays can run: form rnn or scan, normalize "none", no v_right, an
+  even V and a floating phase of shape [H, 1 or V/2]."""
+  if resolve_form(form, length, chunk_size) not in (LionForm.RNN, LionForm.SCAN):
+    raise ValueError(f"phase needs form 'rnn' or 'scan' (got {form!r}); "
+                     "`lion_jax.ops.rotation.rotating_lion_attention` runs every form.")
+  if normalize is not Normalize.NONE or v_right is not None:
+    raise ValueError("phase needs normalize='none' and no v_right: the row normaliser of a "
+                     "complex mask would be complex, and both directions sum the same values.")
+  heads, value_dim = v.shape[2], v.shape[3]
+  if (value_dim % 2 or not hasattr(phase, "shape") or phase.ndim != 2 or phase.shape[0] != heads
+      or phase.shape[1] not in (1, value_dim // 2)):
+    raise ValueError(f"phase needs v of an even V (got {value_dim}) and shape [H, 1 or V/2] = "
+                     f"[{heads}, 1 or {value_dim // 2}] (got {getattr(phase, 'shape', phase)}).")
+
+
+def _causal_kernel(form, state_pass, phase=None):
+  """The causal kernel of form "rnn" or "scan": "scan" passes its states by `lax.scan` where
+  `state_pass` resolves to "scan" (a CPU: fwd+bwd of the associative scan took 2-2.5x as long at
+  B = 64, L = 1,024, H = 2, K = 4, E = 8), by `lax.associative_scan` elsewhere."""
+  if form is LionForm.SCAN and chunkwise.resolve_state_pass(state_pass) == "scan":
+    form = LionForm.RNN
+  kernel = recurrent.CAUSAL_KERNELS[form.value]
+  return kernel if phase is None else functools.partial(kernel, phase=phase)
+
+
 def _check_numbers(chunk_size, eps):
   """Raises when chunk_size is not a positive integer or eps is a negative or non-finite number."""
   if isinstance(chunk_size, bool) or not isinstance(chunk_size, numbers.Integral):
@@ -310,10 +346,12 @@ def _recurrent(kernel, q, k, v, gate_f, log_decay, normalize):
   return out[..., :v.shape[-1]], out[..., v.shape[-1]:]
 
 
-def _direction_halves(form, q, k, v, v_right, gate_f, log_decay, normalize, chunk_size):
+def _direction_halves(form, q, k, v, v_right, gate_f, log_decay, normalize, chunk_size,
+                      state_pass="auto", phase=None):
   """The numerator's left and right halves (`split_directions`) and the decayed normaliser.
 
   v_right: None, or [B, L, H, V] the values of the right half (`lion_attention`).
+  state_pass, phase: as `lion_attention` takes them (phase: forms rnn and scan only).
 
   Returns:
     ([B, L, H, V], [B, L, H, V]) halves, and [B, L, H, G] Σ_j w_ij (None unless
@@ -327,11 +365,12 @@ def _direction_halves(form, q, k, v, v_right, gate_f, log_decay, normalize, chun
     if normalize is not Normalize.AFTER:
       return halves, None
     return halves, parts[0][1] + parts[1][1]
-  kernel = recurrent.CAUSAL_KERNELS[form.value]
   if form is LionForm.CHUNK_SCAN:
     if jax.default_backend() == "cpu":
       chunk_size = min(chunk_size, recurrent.CAUSAL_CHUNK_CPU)
-    kernel = functools.partial(kernel, chunk_size=chunk_size)
+    kernel = functools.partial(recurrent.causal_chunk_scan, chunk_size=chunk_size)
+  else:
+    kernel = _causal_kernel(form, state_pass, phase)
   gate_b = masks.backward_gate_flipped(log_decay)
   if normalize is not Normalize.AFTER:
     return recurrent.bidirectional_halves(kernel, q, k, v, gate_f, gate_b, v_right), None

@@ -4,14 +4,16 @@ Every function here computes, for one direction, the causal decayed linear atten
 
   o_t = Σ_{j ≤ t} (q_t · k_j) · exp(Σ_{r=j+1}^{t} gate_r) ⊙ u_j            # [E] per token
 
-where the gate is a scalar per head (G = 1) or one per carried channel (G = E). The bidirectional
+where the gate is a scalar per head (G = 1) or one per carried channel (G = E); rnn and scan also
+take complex gates log λ + iθ (`phase`, `lion_jax.ops.rotation`). The bidirectional
 LION output is o^F + flip(o^B) − (q_t · k_t) u_t: each direction holds the diagonal term once, and
 Theorem 3.3's −½ qᵀk corrections, one per direction, remove the second copy.
 
 Three interchangeable algorithms (same maths, different cost), see `CAUSAL_KERNELS`:
   rnn:        `lax.scan` over tokens with a [K, E] state. O(L) steps; least memory forward.
   scan:       `lax.associative_scan` over (log-gate, k uᵀ) pairs. O(log L) depth; materialises
-              L·K·E floats, so it is a GPU tool, slow on CPU (docs/benchmarks.md).
+              L·K·E floats, so it is a GPU tool, slow on CPU (docs/benchmarks.md): there the
+              `scan` form runs `causal_rnn` (`attention._causal_kernel`).
   chunk_scan: exact causal C×C blocks (one [C, C] mask per decay channel) plus the state
               entering each chunk, passed by a `lax.scan` over chunks. It serves the two
               directions apart (`bidirectional_halves`, LION with directional read-outs); the
@@ -28,18 +30,23 @@ import jax
 import jax.numpy as jnp
 
 
-def causal_rnn(q, k, u, gate):
+def causal_rnn(q, k, u, gate, phase=None):
   """Causal decayed linear attention by a per-token `lax.scan`.
 
   Args:
     q: [B, L, H, K] queries.
     k: [B, L, H, K] keys.
-    u: [B, L, H, E] carried values.
-    gate: [B, L, H, G] log-gates (G = 1 or E); gate[:, 0] is never used.
+    u: [B, L, H, E] carried values; with `phase`, E = 2P: P complex values, their real parts
+      in the first P channels and their imaginary parts in the last P.
+    gate: [B, L, H, G] log-gates (G = 1 or E; 1 or P with `phase`); gate[:, 0] is never used.
+    phase: None, or [H, 1 or P] θ: complex gates log λ_t + iθ, each step turns the state by
+      e^{iθ} (`lion_jax.ops.rotation`).
 
   Returns:
-    [B, L, H, E] causal outputs.
+    [B, L, H, E] causal outputs (with `phase`: real parts, then imaginary parts).
   """
+  if phase is not None:
+    return _complex_rnn(q, k, u, gate, phase)
   batch, _, heads, key_dim = k.shape
   state0 = jnp.zeros((batch, heads, key_dim, u.shape[-1]), u.dtype)  # [B, H, K, E]
 
@@ -53,21 +60,49 @@ def causal_rnn(q, k, u, gate):
   return jnp.moveaxis(out, 0, 1)
 
 
-def causal_associative_scan(q, k, u, gate):
+def _complex_rnn(q, k, u, gate, phase):
+  """`causal_rnn` with complex gates log λ + iθ, in real arithmetic on (Re, Im) state pairs.
+
+  Real pairs rather than complex64 arrays, and λ e^{iθ} formed inside the loop: XLA:CPU runs the
+  step 1.6x faster so, and no [B, L, H, P] multipliers are stored.
+  """
+  batch, _, heads, key_dim = k.shape
+  re, im = jnp.split(u, 2, axis=-1)  # [B, L, H, P] each
+  cos, sin = jnp.cos(phase), jnp.sin(phase)  # [H, 1 or P]
+  zeros = jnp.zeros((batch, heads, key_dim, re.shape[-1]), u.dtype)  # [B, H, K, P]
+
+  def step(state, token):
+    s_re, s_im = state  # [B, H, K, P] each
+    q_t, k_t, u_re, u_im, g_t = token  # [B, H, K] twice, [B, H, P] twice, [B, H, G]
+    decay = jnp.exp(g_t)
+    c_t, s_t = (decay * cos)[..., None, :], (decay * sin)[..., None, :]  # [B, H, 1, P or 1]
+    k_t = k_t[..., :, None]
+    s_re, s_im = (c_t * s_re - s_t * s_im + k_t * u_re[..., None, :],
+                  c_t * s_im + s_t * s_re + k_t * u_im[..., None, :])
+    read = lambda s: jnp.einsum("bhk,bhkp->bhp", q_t, s)
+    return (s_re, s_im), (read(s_re), read(s_im))
+
+  tokens = jax.tree.map(lambda x: jnp.moveaxis(x, 1, 0), (q, k, re, im, gate))  # time first
+  _, out = jax.lax.scan(step, (zeros, zeros), tokens)  # ([L, B, H, P], [L, B, H, P])
+  return jnp.moveaxis(jnp.concatenate(out, axis=-1), 0, 1)
+
+
+def causal_associative_scan(q, k, u, gate, phase=None):
   """Causal decayed linear attention by `jax.lax.associative_scan` over the states.
 
   Elements are (g_t, k_t u_tᵀ) and combine as (g1, S1) ∘ (g2, S2) = (g1 + g2, e^{g2} S1 + S2),
   kept in log space so composed decays underflow gracefully instead of multiplying tiny numbers.
+  With `phase` the log-gates are complex, log λ_t + iθ, and so are the states.
 
   Args:
-    q: [B, L, H, K] queries.
-    k: [B, L, H, K] keys.
-    u: [B, L, H, E] carried values.
-    gate: [B, L, H, G] log-gates.
+    q, k, u, gate, phase: as `causal_rnn`.
 
   Returns:
-    [B, L, H, E] causal outputs.
+    [B, L, H, E] causal outputs (with `phase`: real parts, then imaginary parts).
   """
+  if phase is not None:
+    re, im = jnp.split(u, 2, axis=-1)
+    u, gate = jax.lax.complex(re, im), gate + 1j * phase  # [B, L, H, P], [B, L, H, P or 1]
   increments = k[..., :, None] * u[..., None, :]  # [B, L, H, K, E]
 
   def combine(left, right):
@@ -76,7 +111,8 @@ def causal_associative_scan(q, k, u, gate):
     return g_left + g_right, jnp.exp(g_right)[..., None, :] * s_left + s_right
 
   _, states = jax.lax.associative_scan(combine, (gate, increments), axis=1)  # [B, L, H, K, E]
-  return jnp.einsum("blhk,blhke->blhe", q, states)
+  out = jnp.einsum("blhk,blhke->blhe", q.astype(states.dtype), states)
+  return out if phase is None else jnp.concatenate([out.real, out.imag], axis=-1)
 
 
 # Chunk length of `causal_chunk_scan` on XLA:CPU: its exact masks cost O(C·G) a token, so short

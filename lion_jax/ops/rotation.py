@@ -25,6 +25,12 @@ differences Θ_i − Θ_j enter, so where a row's examples start changes nothing
 in at least float32, whose rounding of θ·i costs about 1e-7·|Θ_i| radians (3e-4 at L = 1,024 and
 θ = 3).
 
+The recurrent forms ("rnn", "scan") need no rotation: their states take the complex gate
+log λ_t + iθ directly, turned by e^{iθ} a token as S5's are (`lion_attention(phase=θ)`), so
+neither the values nor the outputs are rotated and no Θ_i is formed (with the CPU's per-token
+state pass, `lion_complex`'s training step went from 1.78x S5's to about 1.0x at Pathfinder
+`cpu_order` on a 2-core CPU, docs/math.md §4.7).
+
 A row normaliser Σ_j (q_i·k_j) M^θ_ij would be complex, so only normalize="none" is defined.
 
 Shapes: B batch, L length, H heads, K key dim, V value dim, G decay channels per head (1 or V).
@@ -34,7 +40,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from lion_jax.ops.attention import lion_attention
+from lion_jax.ops.attention import LionForm, lion_attention, resolve_form
 
 
 def rotating_lion_attention(q, k, v, log_decay, phase, *, v_imag=None,
@@ -73,6 +79,12 @@ def rotating_lion_attention(q, k, v, log_decay, phase, *, v_imag=None,
   if v_imag is not None and v_imag.shape != v.shape:
     raise ValueError(f"v_imag must have v's shape {v.shape} (the imaginary parts of the same "
                      f"values), got {v_imag.shape}.")
+  im = jnp.zeros_like(v) if v_imag is None else v_imag
+  form = resolve_form(options.get("form", "auto"), length, options.get("chunk_size", 64))
+  if form in (LionForm.RNN, LionForm.SCAN):
+    # The recurrences turn their states by e^{iθ} a token: no rotated values, no Θ_i.
+    return lion_attention(q, k, jnp.concatenate([v, im], axis=-1), log_decay, normalize="none",
+                          split_directions=split_directions, phase=phase, **options)
   dtype = jnp.promote_types(v.dtype, jnp.float32)
   angle = jnp.arange(length, dtype=dtype)[:, None, None] * phase.astype(dtype)  # [L, H, G]
   cos, sin = jnp.cos(angle), jnp.sin(angle)  # [L, H, G], broadcast over [B, L, H, V]
@@ -86,7 +98,6 @@ def rotating_lion_attention(q, k, v, log_decay, phase, *, v_imag=None,
     return jnp.concatenate(rotate(pair[..., :value_dim], pair[..., value_dim:], sign),
                            axis=-1).astype(v.dtype)
 
-  im = jnp.zeros_like(v) if v_imag is None else v_imag
   values = jnp.concatenate([v, im], axis=-1).astype(dtype)  # [B, L, H, 2V]
   # Keys left of the query need e^{−iΘ_j} v_j, those right of it e^{+iΘ_j} v_j: each direction
   # of the kernel carries only its own pair.

@@ -524,6 +524,30 @@ def test_bidirectional_output_is_forward_recurrence_plus_flipped_one():
     np.testing.assert_allclose(forward + backward - diagonal, expected, rtol=1e-10, atol=1e-10)
 
 
+@pytest.mark.parametrize("state_pass", ["scan", "associative"])
+def test_the_scan_form_passes_its_states_either_way(state_pass):
+  """The scan form runs `causal_rnn` on a CPU (state_pass "auto" or "scan") and
+  `lax.associative_scan` elsewhere: both equal the definition, with gradients, a key mask and
+  split directions."""
+  q, k, v, log_decay, key_mask = make_inputs(21, "selective_vector", seed=13)
+  weights = np.random.default_rng(14).normal(size=(2,) + v.shape)
+
+  def loss(form, state_pass, q, k, v, log_decay):
+    halves = lion_attention(q, k, v, log_decay, form=form, state_pass=state_pass,
+                            normalize="none", key_mask=key_mask, split_directions=True)
+    return sum(jnp.sum(half * w) for half, w in zip(halves, weights))
+
+  with jax.enable_x64(True):
+    args = tuple(jnp.asarray(x) for x in (q, k, v, log_decay))
+    got = jax.jit(jax.value_and_grad(functools.partial(loss, "scan", state_pass),
+                                     argnums=(0, 1, 2, 3)))(*args)
+    want = jax.jit(jax.value_and_grad(functools.partial(loss, "attention", "auto"),
+                                      argnums=(0, 1, 2, 3)))(*args)
+  np.testing.assert_allclose(got[0], want[0], rtol=1e-10)
+  for name, g, e in zip(("q", "k", "v", "log_decay"), got[1], want[1]):
+    np.testing.assert_allclose(g, e, rtol=1e-9, atol=1e-10, err_msg=name)
+
+
 def test_reversing_inputs_and_realigning_decays_reverses_outputs():
   q, k, v, log_decay, _ = make_inputs(37, "selective_vector", seed=12)
   every_key = np.ones((B, 37), bool)  # keeps all keys; compiled as in test_extreme_decays_...

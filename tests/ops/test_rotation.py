@@ -13,11 +13,14 @@ import jax.test_util
 import numpy as np
 import pytest
 
+from lion_jax.ops.attention import lion_attention
 from lion_jax.ops.rotation import rotating_lion_attention
 from tests.ops.test_lion_attention import make_inputs
 from tests.reference import reference_lion
 
-FORMS = ("attention", "rnn", "scan", "chunk", "chunk_scan")
+# On a CPU "scan" passes its states token by token, as "rnn" does; "scan/associative" is its
+# log-depth pass (complex log-gates in `lax.associative_scan`), the accelerators'.
+FORMS = ("attention", "rnn", "scan", "scan/associative", "chunk", "chunk_scan")
 CHUNK = 8
 V = 4
 
@@ -29,6 +32,12 @@ def make_phase(decay_kind, heads=2, seed=0):
   return np.random.default_rng(seed).uniform(-2.0, 2.0, (heads, groups))
 
 
+def form_options(form):
+  """`rotating_lion_attention`'s form and state pass from a FORMS entry."""
+  name, _, state_pass = form.partition("/")
+  return dict(form=name, state_pass=state_pass or "auto")
+
+
 def as_complex(out):
   """[..., 2V] (Re parts, then Im parts) -> [..., V] complex."""
   return out[..., :V] + 1j * out[..., V:]
@@ -38,7 +47,7 @@ def as_complex(out):
 def both_ways(form):
   """The whole output and its two halves, in one jitted function."""
   def run(q, k, v, log_decay, phase, key_mask):
-    options = dict(form=form, chunk_size=CHUNK, key_mask=key_mask)
+    options = dict(chunk_size=CHUNK, key_mask=key_mask, **form_options(form))
     whole = rotating_lion_attention(q, k, v, log_decay, phase, **options)
     halves = rotating_lion_attention(q, k, v, log_decay, phase, split_directions=True, **options)
     return whole, halves
@@ -79,8 +88,8 @@ def test_every_form_equals_the_float64_complex_definition(decay_kind, form):
 @functools.lru_cache(maxsize=None)
 def complex_halves(form):
   """The halves for complex values (`v_imag`), in one jitted function."""
-  return jax.jit(functools.partial(rotating_lion_attention, form=form, chunk_size=CHUNK,
-                                   split_directions=True))
+  return jax.jit(functools.partial(rotating_lion_attention, chunk_size=CHUNK,
+                                   split_directions=True, **form_options(form)))
 
 
 @pytest.mark.parametrize("form", FORMS)
@@ -114,8 +123,9 @@ def test_a_zero_phase_is_the_real_plain_sum_with_a_zero_imaginary_part():
   np.testing.assert_allclose(np.asarray(got)[..., V:], 0.0, atol=1e-12)
 
 
-# make test: chunk_scan, the training form; make test-all adds the recurrence.
-@pytest.mark.parametrize("form", ["chunk_scan", pytest.param("rnn", marks=pytest.mark.slow)])
+# make test: chunk_scan and scan, the training forms; make test-all adds the recurrence.
+@pytest.mark.parametrize("form", ["chunk_scan", "scan", "scan/associative",
+                                  pytest.param("rnn", marks=pytest.mark.slow)])
 def test_gradients_equal_the_full_forms_and_finite_differences(form):
   """Through q, k, v, v_imag, log λ and θ, of both halves (complex values: each direction's own
   rotated pair)."""
@@ -126,8 +136,9 @@ def test_gradients_equal_the_full_forms_and_finite_differences(form):
   weights = rng.normal(size=v.shape[:-1] + (2 * V,)), rng.normal(size=v.shape[:-1] + (2 * V,))
 
   def loss(form, q, k, v, v_imag, log_decay, phase):
-    halves = rotating_lion_attention(q, k, v, log_decay, phase, v_imag=v_imag, form=form,
-                                     chunk_size=CHUNK, key_mask=key_mask, split_directions=True)
+    halves = rotating_lion_attention(q, k, v, log_decay, phase, v_imag=v_imag,
+                                     chunk_size=CHUNK, key_mask=key_mask, split_directions=True,
+                                     **form_options(form))
     return sum(jnp.sum(half * w) for half, w in zip(halves, weights))
 
   with jax.enable_x64(True):
@@ -142,14 +153,15 @@ def test_gradients_equal_the_full_forms_and_finite_differences(form):
     np.testing.assert_allclose(g, e, rtol=1e-9, atol=1e-10, err_msg=f"{form} d/d{name}")
 
 
-def test_packed_rows_equal_each_example_alone():
+@pytest.mark.parametrize("form", ["chunk_scan", "scan", "scan/associative"])
+def test_packed_rows_equal_each_example_alone(form):
   """An example's rotations do not depend on where in the row it starts (complex values)."""
   q, k, v, log_decay, _ = make_inputs(30, "selective_vector", seed=36, batch=1)
   v_imag = np.random.default_rng(42).normal(size=v.shape)
   phase = make_phase("selective_vector", seed=37)
   segment_ids = np.repeat([[1, 2, 3]], [11, 13, 6], axis=1)
-  run = jax.jit(functools.partial(rotating_lion_attention, form="chunk_scan", chunk_size=CHUNK,
-                                  split_directions=True))
+  run = jax.jit(functools.partial(rotating_lion_attention, chunk_size=CHUNK,
+                                  split_directions=True, **form_options(form)))
   with jax.enable_x64(True):
     packed = run(q, k, v, log_decay, phase, v_imag=v_imag, segment_ids=segment_ids)
     for start, stop in ((0, 11), (11, 24), (24, 30)):
@@ -159,9 +171,11 @@ def test_packed_rows_equal_each_example_alone():
         np.testing.assert_allclose(got[:, start:stop], want, rtol=1e-10, atol=1e-10)
 
 
-def test_float32_at_length_16384_is_within_the_rounding_of_the_angles():
-  """Path-X length: sampled rows equal the float64 definition to about 1e-7·|Θ| (the float32
-  rounding of θ·i, here up to 0.1·16,383 rad), and gradients are finite."""
+@pytest.mark.parametrize("form", ["chunk_scan", "scan"])
+def test_float32_at_length_16384_is_within_the_rounding_of_the_angles(form):
+  """Path-X length: sampled rows equal the float64 definition to about 1e-7·|Θ| (chunk_scan:
+  the float32 rounding of θ·i, here up to 0.1·16,383 rad; scan turns its states by e^{iθ} a
+  token and has no Θ), and gradients are finite."""
   length, rows = 16384, [0, 7, 9000, 16383]
   rng = np.random.default_rng(38)
   q = rng.uniform(0.05, 1.0, (1, length, 1, 2)).astype(np.float32)
@@ -172,7 +186,7 @@ def test_float32_at_length_16384_is_within_the_rounding_of_the_angles():
   phase = rng.uniform(-0.1, 0.1, (1, V)).astype(np.float32)
 
   def loss(q, k, v, log_decay, phase):
-    out = rotating_lion_attention(q, k, v, log_decay, phase, form="chunk_scan", chunk_size=64)
+    out = rotating_lion_attention(q, k, v, log_decay, phase, form=form, chunk_size=64)
     return jnp.sum(out ** 2), out
 
   (_, out), grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4), has_aux=True))(
@@ -201,3 +215,10 @@ def test_only_the_plain_sum_and_fitting_phases_are_accepted():
     rotating_lion_attention(q, k, v, log_decay, np.zeros((2, 3)))
   with pytest.raises(ValueError, match=r"v_imag must have v's shape \(2, 5, 2, 4\)"):
     rotating_lion_attention(q, k, v, log_decay, np.zeros((2, V)), v_imag=v[..., :2])
+  # lion_attention's own complex decays: the recurrences only, each value a complex pair.
+  with pytest.raises(ValueError, match="phase needs form 'rnn' or 'scan'"):
+    lion_attention(q, k, v, log_decay[..., :2], form="chunk_scan", normalize="none",
+                   phase=np.zeros((2, 2)))
+  with pytest.raises(ValueError, match=r"shape \[H, 1 or V/2\] = \[2, 1 or 2\]"):
+    lion_attention(q, k, v, log_decay[..., :2], form="scan", normalize="none",
+                   phase=np.zeros((2, V)))
