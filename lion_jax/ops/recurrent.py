@@ -79,7 +79,8 @@ def _complex_rnn(q, k, u, gate, phase):
     k_t = k_t[..., :, None]
     s_re, s_im = (c_t * s_re - s_t * s_im + k_t * u_re[..., None, :],
                   c_t * s_im + s_t * s_re + k_t * u_im[..., None, :])
-    read = lambda s: jnp.einsum("bhk,bhkp->bhp", q_t, s)
+    # A product and a sum, not an einsum: XLA:CPU would call a matmul per token (10% slower).
+    read = lambda s: jnp.sum(q_t[..., :, None] * s, axis=-2)  # [B, H, P]
     return (s_re, s_im), (read(s_re), read(s_im))
 
   tokens = jax.tree.map(lambda x: jnp.moveaxis(x, 1, 0), (q, k, re, im, gate))  # time first
