@@ -45,10 +45,12 @@ _S5_MIXING = {"model.feature_map": "constant", **_S5_SUM, "model.directional_rea
 _S5_REAL_DECAYS = {"model.decay": "fixed", "model.fixed_gate": False}
 # its shapes: a 16-channel state in one head (S5's P = 16) under a stream as wide as S5's
 # (`width_key`), W_v LeCun-normal as S5's B (a rectangular W_v cannot start at the identity),
-# trained in the `scan` form: with states this narrow (keys of 1-4 by 16 channels) the
-# associative scan is the fastest form, as it is for S5 (2-core CPU, `bench/train_step.py
-# --tasks listops --preset ladder`: 160 ms a step against chunk_scan's 250 and S5's 172; at
-# `ladder_long` 531 against 768 and 523). Every form computes the same function.
+# trained in the `scan` form: with states this narrow (keys of 1-4 by 16 channels) a scan over
+# the tokens beats `chunk_scan`'s intra-chunk blocks, as it does for S5 (2-core CPU,
+# `bench/train_step.py --tasks listops --preset ladder`: 160 ms a step against chunk_scan's 250
+# and S5's 172; at `ladder_long` 531 against 768 and 523). On a CPU the `scan` form passes its
+# states token by token (`lax.scan`), elsewhere by the associative scan. Every form computes the
+# same function.
 _S5_SHAPES = {"model.attention_dim": 16, "model.num_heads": 1, "model.v_init": "lecun",
               "model.form": "scan"}
 _GATE_OPEN = {"model.selective_bias_init": 8.0}  # log σ(8) ≈ −0.0003: memories at the HiPPO base
