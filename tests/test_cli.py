@@ -83,7 +83,7 @@ def test_a_config_field_without_a_config_is_one_message():
 def test_an_unknown_variant_or_config_file_is_one_message(tmp_path):
   assert_one_message(command("run.py", "--config=configs/listops.py:lion_q",
                              f"--workdir={tmp_path}"),
-                     "run.py", "unknown variant 'lion_q'; known variants: lion_s")
+                     "run.py", "unknown variant 'lion_q'; known variants: lion_complex, lion_s,")
   assert_one_message(command("run.py", "--config=configs/lisops.py", f"--workdir={tmp_path}"),
                      "run.py", "--config=configs/lisops.py: no such file", "listops")
 

@@ -89,7 +89,8 @@ def test_parse_arg_positional_named_and_flags():
   assert common.parse_arg(None, variant="lion_s").variant == "lion_s"
   with pytest.raises(ValueError, match="'bogus' is not one of variant, runlocal"):
     common.parse_arg("lion_s,bogus", variant="lion_s", runlocal=False)
-  with pytest.raises(ValueError, match="unknown variant 'lion_x'; known variants: lion_s"):
+  with pytest.raises(ValueError,
+                     match="unknown variant 'lion_x'; known variants: lion_complex, lion_s,"):
     get_config("listops", "lion_x")
 
 
