@@ -1,8 +1,8 @@
-r"""On a lent GPU, in one command: the LIONs against S5 at every preset, and long ListOps at 10,000 steps.
+r"""On a lent GPU in one command: the LIONs against S5 at every preset, long ListOps at 10,000 steps.
 
     python3 bench/gpu_recipes.py --wheels .whl --out DIR            # on the accelerator
     python3 bench/gpu_recipes.py --stages long --wheels .whl --out DIR   # again: resumes the runs
-    python3 bench/gpu_recipes.py --quick --out DIR                  # every stage at tiny sizes (CPU)
+    python3 bench/gpu_recipes.py --quick --out DIR          # every stage at tiny sizes (CPU)
 
 Two stages, each a child process with its own time limit (`--table-s`, `--long-s`), in order:
 
@@ -13,7 +13,8 @@ Two stages, each a child process with its own time limit (`--table-s`, `--long-s
   long   `lion-sweep --tasks listops --variants lion_complex,lion_s_s5_form,s5 --seeds 0,1,2
          --ladder-long --parallel 9`: the nine 10,000-step runs of long ListOps sharing the card
          (each without preallocation), their records in DIR/records/ (copy them to
-         docs/sweep/<name>/ to commit them; `lion-sweep ... --records docs/sweep/<name>` counts them).
+         docs/sweep/<name>/ to commit them; `lion-sweep ... --records docs/sweep/<name>` counts
+         them).
 
 A stage that reaches its limit gets SIGTERM: the sweep passes it to its runs, which save the step
 they reached and exit (status 75), so the same command on the same machine (`runs/gpu_recipes/`,

@@ -115,9 +115,9 @@ def catalogue() -> str:
   LION first, then the paper's variants, the baselines, and the ladder's rungs one a line."""
   from configs import ablations, common  # pylint: disable=import-outside-toplevel  (imports jax)
   tasks = common.TASKS
-  rungs = [name for name in ablations.GROUPS["ladder"]
-           if name in common.VARIANTS or name in common.DERIVED_BASELINES]
-  rungs = [name for name in rungs if name not in ablations.GROUPS["table3"] + ablations.GROUPS["table6"]]
+  paper_rows = ablations.GROUPS["table3"] + ablations.GROUPS["table6"]
+  rungs = [name for name in ablations.GROUPS["ladder"] if name not in paper_rows
+           and (name in common.VARIANTS or name in common.DERIVED_BASELINES)]
   paper = [name for name in common.VARIANTS
            if name not in rungs and name not in common.S5_SCALED_VARIANTS]
   lines = [f"Tasks: {', '.join(tasks)}.", "",

@@ -19,7 +19,8 @@ def test_on_a_gpu_it_trains_the_three_models_three_seeds_of_long_listops_sharing
   assert after("--seeds") == "0,1,2" and after("--parallel") == "9"
   assert after("--records") == str(tmp_path / "records")
   table = gpu_recipes.stage_commands("table", tmp_path, quick=False)
-  assert {"lion_complex", "s5", "transformer"} <= set(table[table.index("--variants") + 1].split(","))
+  variants = table[table.index("--variants") + 1].split(",")
+  assert {"lion_complex", "s5", "transformer"} <= set(variants)
 
 
 def test_an_unknown_stage_is_named():
