@@ -502,8 +502,7 @@ def main(argv: list[str] | None = None) -> int:
   tasks = _split_list(args.tasks, common.TASKS, "--tasks")
   variants = expand_variants(args.variants)
   seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
-  flags = tuple(f for f in ("runlocal", "cpu", "cpu_long", "cpu_order", "ladder",
-                                  "ladder_long", "long_testbed") if getattr(args, f))
+  flags = tuple(f for f in common.PRESET_FLAGS if getattr(args, f))
   runs = plan(tasks, variants, seeds, args.workdir, flags=flags, sets=tuple(args.sets),
               python=args.python, records=args.records)
   skipped = [f"{v} on {t}" for t in tasks for v in variants if v not in common.task_variants(t)]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from configs import ablations
+from configs import ablations, common
 from lion_jax.options import ConfigError
 from lra import run_records, sweep, sweep_report, train
 
@@ -540,3 +540,12 @@ def test_a_sweep_stopped_by_sigterm_resumes_its_preempted_run_first_to_the_same_
                      for r in (root, tmp_path / "straight"))
     for key in ("best_val_accuracy", "best_step", "test_accuracy", "test_loss"):
       assert got[key] == expected[key], (variant, key)
+
+
+def test_every_preset_flag_is_a_sweep_option_that_reaches_the_runs_command(tmp_path, capsys):
+  parser = sweep.build_parser()
+  options = {action.dest for action in parser._actions}  # pylint: disable=protected-access
+  assert set(common.PRESET_FLAGS) <= options
+  sweep.main(["--tasks", "listops", "--variants", "lion_complex", "--long-testbed", "--list",
+              "--workdir", str(tmp_path)])
+  assert "configs/listops.py:lion_complex,long_testbed" in capsys.readouterr().out
