@@ -225,6 +225,14 @@ ABLATION_VARIANTS: dict[str, dict[str, Any]] = {
                               "model.key_dim": 1, "model.attention_dim": 8,
                               "model.decay_phase": "s5", "model.complex_input": True,
                               "model.value_gain": "s5_zoh", "model.out_proj_init_scale": 1.85},
+    # `lion_complex` without selectivity: its gate σ(b) learnt per channel but the same for every
+    # token (LION-D's), so the decays are S5's, learnt, with LION's q·k beside them. Whether the
+    # input-dependent gate is what shortens its longest memories on long ListOps
+    # (docs/paper_notes.md §21).
+    "lion_complex_fixed_gate": {**LION_COMPLEX, "model.decay": "fixed"},
+    # `lion_complex` with its decays (base, gate and turn θ) at S5's ssm_lr for the task
+    # (`configs/common.s5_ssm_lr`; 1e-3 on ListOps) instead of the learning rate (3e-3).
+    "lion_complex_ssm_lr": {**LION_COMPLEX},
 }
 
 # Variant groups accepted by `lra.sweep --variants`, in the paper's row order.
@@ -258,7 +266,8 @@ GROUPS: dict[str, tuple[str, ...]] = {
                "lion_s5_selective", "lion_s_s5_form", "lion_s_feedthrough_open",
                "lion_s5_real_s5_gain", "lion_s_s5_form_complex", "lion_s_s5_form_complex_s5_scale",
                "lion_s_s5_form_s5_scale", "lion_s5_complex", "lion_s5_complex_input",
-               "lion_s_s5_form_complex_input"),
+               "lion_s_s5_form_complex_input", "lion_complex_fixed_gate",
+               "lion_complex_ssm_lr"),
 }
 
 # Defaults that changed what a variant's command trains, by the dotted config field: the commit
@@ -322,6 +331,8 @@ LABELS: dict[str, str] = {
     "lion_s_s5_form_complex_s5_scale": "LION-S in S5's form, complex decays θ = Im Λ·Δ, S5's scale",
     "lion_s_s5_form_s5_scale": "LION-S in S5's form at S5's scale at init (real decays)",
     "lion_s_s5_form_complex_input": "LION-S in S5's form, complex decays θ = Im Λ·Δ and inputs",
+    "lion_complex_fixed_gate": "LION (complex states in S5's form), gate not selective",
+    "lion_complex_ssm_lr": "LION (complex states in S5's form), decays at S5's SSM rate",
     "transformer": "Transformer",
     "s5": "S5",
     "s5_real": "S5, real decays",

@@ -142,8 +142,8 @@ def s5_param_groups(opt_config: str, dt_global: bool = False) -> tuple[tuple[str
 S5_PARAM_GROUPS = {name: s5_param_groups(name) for name in S5_OPT_CONFIGS}
 
 
-# Variants whose mixed path starts as large as S5's does on the task (`s5_scale_at_init`).
-S5_SCALED_VARIANTS = ("lion_complex",)
+# The LION this codebase recommends: first in `--help` and in the README's results.
+RECOMMENDED_VARIANT = "lion_complex"
 
 
 def s5_scale_at_init(task: str, baselines: dict[str, dict[str, Any]] | None) -> dict[str, Any]:
@@ -162,6 +162,30 @@ def s5_scale_at_init(task: str, baselines: dict[str, dict[str, Any]] | None) -> 
                       "configs/ablations.SCALE_AT_INIT_BY_S5_C_INIT has no scale at init for; "
                       f"add it there (known: {', '.join(SCALE_AT_INIT_BY_S5_C_INIT)})")
   return SCALE_AT_INIT_BY_S5_C_INIT[c_init]
+
+
+def s5_ssm_lr(task: str, baselines: dict[str, dict[str, Any]] | None) -> dict[str, Any]:
+  """The learning rate of a LION's decay parameters at S5's `ssm_lr` on `task` (S5's rate for
+  Λ and log Δ; LION's decay group holds the base decays, the gate and the turn θ).
+
+  Raises:
+    ConfigError: for a task whose `BASELINES['s5']` sets no decay_learning_rate.
+  """
+  rate = (baselines or {}).get("s5", {}).get("decay_learning_rate")
+  if not rate:
+    raise ConfigError(f"configs/{task}.py: BASELINES['s5'] sets no decay_learning_rate (S5's "
+                      "ssm_lr), which this variant trains its decays at; add it there")
+  return {"decay_learning_rate": rate}
+
+
+# Variants that take some of S5's settings for the task, by name of the setting (`FROM_S5`): the
+# scale at which the mixed path starts (S5's C_init), the rate of the decays (S5's ssm_lr).
+FROM_S5 = {"scale_at_init": s5_scale_at_init, "ssm_lr": s5_ssm_lr}
+S5_TASK_SETTINGS: dict[str, tuple[str, ...]] = {
+    "lion_complex": ("scale_at_init",),
+    "lion_complex_fixed_gate": ("scale_at_init",),
+    "lion_complex_ssm_lr": ("scale_at_init", "ssm_lr"),
+}
 
 
 def task_variants(task: str) -> dict[str, dict[str, Any]]:
@@ -409,8 +433,8 @@ def get_base_config(task: str, arg: str | None, *, batch_size: int, num_epochs: 
   # The model: exactly the fields of `lion_jax.config.ModelConfig`, from the task preset.
   config.model = model_config_dict(task)
   set_fields(config, variants[args.variant], f"variant {args.variant!r}")
-  if args.variant in S5_SCALED_VARIANTS:
-    set_fields(config, s5_scale_at_init(task, baselines), f"variant {args.variant!r}")
+  for setting in S5_TASK_SETTINGS.get(args.variant, ()):
+    set_fields(config, FROM_S5[setting](task, baselines), f"variant {args.variant!r}")
   mixer = config.model.mixer
   if args.cpu:  # a small model and short run on the task's data (configs/ablations.py)
     set_fields(config, for_mixer(cpu_preset(task), mixer), "cpu")

@@ -32,6 +32,9 @@ LION_COMPLEX_BY_TASK = {"listops": LION_COMPLEX, "text": LION_COMPLEX, "image": 
                         "retrieval": {**LION_COMPLEX, **S5_SCALE},
                         "pathfinder": {**LION_COMPLEX, **S5_SCALE},
                         "pathx": {**LION_COMPLEX, **S5_SCALE}}
+# S5's ssm_lr in its release's scripts (`--ssm_lr_base`), per task.
+S5_SSM_LR = {"listops": 1e-3, "text": 1e-3, "retrieval": 1e-3, "image": 1e-3, "pathfinder": 9e-4,
+             "pathx": 6e-4}
 
 # variant -> {dotted field: value} that must differ from lion_s, and nothing else (a variant
 # whose fields depend on the task: {task: fields}).
@@ -146,6 +149,12 @@ EXPECTED = {
         "model.directional_readout": True, "model.v_init": "lecun", "model.feedthrough": True,
         "model.attention_dim": 8, "model.num_heads": 1, "model.form": "scan", "model.key_dim": 4,
         "model.decay_phase": "s5", "model.complex_input": True, "model.out_proj_init_scale": 2.0},
+    # Two rungs on `lion_complex` (docs/paper_notes.md §21): its gate not selective (one learnt
+    # σ(b) per channel, LION-D's), and its decays at S5's ssm_lr for the task.
+    "lion_complex_fixed_gate": {task: {**fields, "model.decay": "fixed"}
+                                for task, fields in LION_COMPLEX_BY_TASK.items()},
+    "lion_complex_ssm_lr": {task: {**LION_COMPLEX_BY_TASK[task], "decay_learning_rate": rate}
+                            for task, rate in S5_SSM_LR.items()},
 }
 
 
@@ -211,6 +220,12 @@ def test_a_task_whose_s5_c_init_has_no_scale_is_a_clear_error():
   with pytest.raises(ConfigError, match=r"configs/listops.py: BASELINES\['s5'\] sets "
                      r"model.c_init='unit'.*SCALE_AT_INIT_BY_S5_C_INIT"):
     common.s5_scale_at_init("listops", {"s5": {"model.c_init": "unit"}})
+
+
+def test_a_task_without_s5s_ssm_lr_is_a_clear_error_for_a_variant_that_takes_it():
+  with pytest.raises(ConfigError, match=r"configs/listops.py: BASELINES\['s5'\] sets no "
+                     r"decay_learning_rate \(S5's ssm_lr\)"):
+    common.s5_ssm_lr("listops", {"s5": {"model.c_init": "lecun_normal"}})
 
 
 def test_s5s_derived_variants_differ_from_s5_in_exactly_their_fields_on_the_ladder():
