@@ -233,6 +233,8 @@ ABLATION_VARIANTS: dict[str, dict[str, Any]] = {
     # `lion_complex` with its decays (base, gate and turn θ) at S5's ssm_lr for the task
     # (`configs/common.s5_ssm_lr`; 1e-3 on ListOps) instead of the learning rate (3e-3).
     "lion_complex_ssm_lr": {**LION_COMPLEX},
+    # `lion_complex` with q·k fixed at 1: the sum weighted by the decays alone, as S5's kernel is.
+    "lion_complex_content_blind": {**LION_COMPLEX, "model.feature_map": "constant"},
 }
 
 # Variant groups accepted by `lra.sweep --variants`, in the paper's row order.
@@ -267,7 +269,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
                "lion_s5_real_s5_gain", "lion_s_s5_form_complex", "lion_s_s5_form_complex_s5_scale",
                "lion_s_s5_form_s5_scale", "lion_s5_complex", "lion_s5_complex_input",
                "lion_s_s5_form_complex_input", "lion_complex_fixed_gate",
-               "lion_complex_ssm_lr"),
+               "lion_complex_ssm_lr", "lion_complex_content_blind"),
 }
 
 # Defaults that changed what a variant's command trains, by the dotted config field: the commit
@@ -333,6 +335,7 @@ LABELS: dict[str, str] = {
     "lion_s_s5_form_complex_input": "LION-S in S5's form, complex decays θ = Im Λ·Δ and inputs",
     "lion_complex_fixed_gate": "LION (complex states in S5's form), gate not selective",
     "lion_complex_ssm_lr": "LION (complex states in S5's form), decays at S5's SSM rate",
+    "lion_complex_content_blind": "LION (complex states in S5's form), q·k = 1 (the mask alone)",
     "transformer": "Transformer",
     "s5": "S5",
     "s5_real": "S5, real decays",

@@ -185,6 +185,7 @@ S5_TASK_SETTINGS: dict[str, tuple[str, ...]] = {
     "lion_complex": ("scale_at_init",),
     "lion_complex_fixed_gate": ("scale_at_init",),
     "lion_complex_ssm_lr": ("scale_at_init", "ssm_lr"),
+    "lion_complex_content_blind": ("scale_at_init",),
 }
 
 

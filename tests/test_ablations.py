@@ -149,12 +149,14 @@ EXPECTED = {
         "model.directional_readout": True, "model.v_init": "lecun", "model.feedthrough": True,
         "model.attention_dim": 8, "model.num_heads": 1, "model.form": "scan", "model.key_dim": 4,
         "model.decay_phase": "s5", "model.complex_input": True, "model.out_proj_init_scale": 2.0},
-    # Two rungs on `lion_complex` (docs/paper_notes.md §21): its gate not selective (one learnt
-    # σ(b) per channel, LION-D's), and its decays at S5's ssm_lr for the task.
+    # Rungs on `lion_complex` (docs/paper_notes.md §21): its gate not selective (one learnt σ(b)
+    # per channel, LION-D's), its decays at S5's ssm_lr for the task, and q·k fixed at 1.
     "lion_complex_fixed_gate": {task: {**fields, "model.decay": "fixed"}
                                 for task, fields in LION_COMPLEX_BY_TASK.items()},
     "lion_complex_ssm_lr": {task: {**LION_COMPLEX_BY_TASK[task], "decay_learning_rate": rate}
                             for task, rate in S5_SSM_LR.items()},
+    "lion_complex_content_blind": {task: {**fields, "model.feature_map": "constant"}
+                                   for task, fields in LION_COMPLEX_BY_TASK.items()},
 }
 
 

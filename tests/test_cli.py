@@ -140,7 +140,7 @@ def test_help_exits_0_and_lists_tasks_variants_groups_and_presets(program):
                  "every task, the paper's rows and readings: lion_s, lion_d, lion_lit",
                  "lion_s_snake", "transformer (baseline)",
                  "  lion_s_s5_form   ", "  s5_real   ",  # a rung a line, with its description
-                 "table3 (5): lion_lit", "hippo_vs_random (6)", "positions (4)", "all (49)",
+                 "table3 (5): lion_lit", "hippo_vs_random (6)", "positions (4)", "all (50)",
                  "runlocal ", "cpu_long ", "demo "):
     assert listed in stdout, listed
   assert "--traceback" in stdout
