@@ -7,6 +7,7 @@ The reference (`tests/reference.py`) sums the definition entry by entry and shar
 import functools
 
 import jax
+import jax.ad_checkpoint
 import jax.test_util
 import jax.numpy as jnp
 import numpy as np
@@ -840,3 +841,23 @@ def test_causal_chunk_kernel_at_an_accelerators_chunk_length_gives_the_float64_h
   for side, got in zip(("left", "right"), halves):
     want = reference_lion(q, k, v, log_decay, normalize="none", side=side)
     np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10, err_msg=side)
+
+
+@pytest.mark.parametrize("phase", [None, "complex"])
+def test_the_token_loop_keeps_one_state_in_32_for_the_backward_pass(phase, capsys):
+  """The backward pass of the token loop keeps the state entering each stretch of
+  `STATES_KEPT_EVERY` tokens, never one [K, E] state a token (what made LION plan 1.4x S5's
+  memory, docs/benchmarks.md)."""
+  batch, length, heads, key_dim, values = 2, 96, 1, 4, 6
+  keys = jax.random.split(jax.random.PRNGKey(0), 4)
+  q, k = (jax.random.normal(key, (batch, length, heads, key_dim)) for key in keys[:2])
+  u = jax.random.normal(keys[2], (batch, length, heads, values))
+  gate = -jax.random.uniform(keys[3], (batch, length, heads, values // 2 if phase else values))
+  theta = None if phase is None else jnp.full((heads, values // 2), 0.1)
+  jax.ad_checkpoint.print_saved_residuals(
+      lambda q, k, u, gate: recurrent.causal_rnn(q, k, u, gate, theta), q, k, u, gate)
+  shapes = [line.split()[0] for line in capsys.readouterr().out.splitlines() if line.strip()]
+  states = [s for s in shapes if s.endswith(f",{key_dim},{values}]")
+            or s.endswith(f",{key_dim},{values // 2}]")]
+  stretches = length // recurrent.STATES_KEPT_EVERY
+  assert states and all(s.split("[")[1].startswith(f"{stretches},") for s in states), shapes
