@@ -8,10 +8,10 @@ Two stages, each a child process with its own time limit (`--table-s`, `--long-s
 
   table  `bench/recipes_vs_s5.py` (every task preset and the sweeps' CPU presets: examples/s over
          S5's side by side, each step over its identity-mixer floor, XLA's memory plan at batch
-         32) for `lion_complex`, the two recipes of docs/paper_notes.md §20, S5 and the
+         32) for `lion`, `lion_complex`, the two recipes of docs/paper_notes.md §20, S5 and the
          Transformer, written to DIR/recipes_vs_s5.{json,md}.
-  long   `lion-sweep --tasks listops --variants lion_complex,lion_s_s5_form,s5 --seeds 0,1,2
-         --ladder-long --parallel 9`: the nine 10,000-step runs of long ListOps sharing the card
+  long   `lion-sweep --tasks listops --variants lion,lion_complex,lion_s_s5_form,s5 --seeds 0,1,2
+         --ladder-long --parallel 12`: the twelve 10,000-step runs of long ListOps sharing the card
          (each without preallocation), their records in DIR/records/ (copy them to
          docs/sweep/<name>/ to commit them; `lion-sweep ... --records docs/sweep/<name>` counts
          them).
@@ -21,7 +21,7 @@ they reached and exit (status 75), so the same command on the same machine (`run
 git-ignored, is the sweep's workdir) resumes them. The device's image lacks ml-collections and
 grain: `--wheels` installs the wheels of `bench/fetch_accelerator_wheels.sh` into a scratch folder
 that only these processes see (as `bench/accelerator.py` does). `--quick` trains `runlocal` runs of
-`lion_complex` and S5 (seed 0) and the table's `--quick`: tests/test_gpu_recipes.py runs it.
+`lion` and S5 (seed 0) and the table's `--quick`: tests/test_gpu_recipes.py runs it.
 """
 
 from __future__ import annotations
@@ -41,8 +41,8 @@ sys.path.insert(0, str(BENCH))
 
 import accelerator  # noqa: E402  (bench/ is no package: its scripts import each other by name)
 
-LONG_VARIANTS = "lion_complex,lion_s_s5_form,s5"
-TABLE_VARIANTS = "lion_complex,lion_s_s5_form,lion_s_s5_form_complex_input,s5,transformer"
+LONG_VARIANTS = "lion,lion_complex,lion_s_s5_form,s5"
+TABLE_VARIANTS = "lion,lion_complex,lion_s_s5_form,lion_s_s5_form_complex_input,s5,transformer"
 WORKDIR = REPO / "runs" / "gpu_recipes"
 STAGES = ("table", "long")
 
@@ -57,10 +57,10 @@ def stage_commands(stage: str, out: pathlib.Path, quick: bool) -> list[str]:
     sweep = [python, "-m", "lra.sweep", "--tasks", "listops", "--workdir",
              str(WORKDIR / ("quick" if quick else "long")), "--records", str(out / "records")]
     if quick:
-      return sweep + ["--variants", "lion_complex,s5", "--seeds", "0", "--runlocal",
+      return sweep + ["--variants", "lion,s5", "--seeds", "0", "--runlocal",
                       "--parallel", "2"]
     return sweep + ["--variants", LONG_VARIANTS, "--seeds", "0,1,2", "--ladder-long",
-                    "--parallel", "9"]
+                    "--parallel", "12"]
   raise SystemExit(f"--stages: unknown stage {stage!r}; stages: {', '.join(STAGES)}")
 
 
@@ -105,7 +105,7 @@ def main(argv=None) -> int:
     site = (accelerator.install_wheels(pathlib.Path(args.wheels), pathlib.Path(scratch))
             if args.wheels else None)
     env = accelerator.child_environment(site)
-    env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # nine runs share one card
+    env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # twelve runs share one card
     status = {}
     with open(out / "gpu_recipes.log", "a", encoding="utf-8") as log:
       for stage, command in commands.items():

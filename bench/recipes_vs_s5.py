@@ -50,7 +50,7 @@ from lra.train import check_config  # noqa: E402
 
 SETTINGS = ("listops,text,retrieval,image,pathfinder,pathx,"
             "listops:ladder,listops:ladder_long,listops:cpu_order,pathfinder:cpu_order")
-VARIANTS = "lion_complex,lion_s_s5_form,lion_s_s5_form_complex_input,s5,transformer"
+VARIANTS = "lion,lion_complex,lion_s_s5_form,lion_s_s5_form_complex_input,s5,transformer"
 REFERENCE = "s5"
 MEMORY_BATCH = 32
 # The block each mixer's floor keeps, for the table.
@@ -237,7 +237,7 @@ def main(argv=None):
                       f"timed at a smaller batch and only planned at batch {MEMORY_BATCH}")
   args = p.parse_args(argv)
   if args.quick:  # the LION to use, S5 and their shared floor, timed at 16, planned at 32
-    args.settings, args.variants, args.repeats = "listops:runlocal", "lion_complex,s5", 3
+    args.settings, args.variants, args.repeats = "listops:runlocal", "lion,s5", 3
     args.stream_budget = 2 ** 16
   out_dir, name = harness.output_path(args, "recipes_vs_s5")
   variants = [v for v in args.variants.split(",") if v]

@@ -56,14 +56,17 @@ _S5_SHAPES = {"model.attention_dim": 16, "model.num_heads": 1, "model.v_init": "
 _GATE_OPEN = {"model.selective_bias_init": 8.0}  # log σ(8) ≈ −0.0003: memories at the HiPPO base
 _S5_D = {"model.feedthrough": True}  # S5's feed-through D ⊙ x
 
-# The LION this codebase recommends for every task (`lion_complex`, docs/paper_notes.md §21):
-# LION-S in S5's form (the plain decayed sum with gain 1 − λ, D, two read-outs, the gate open at
+# `lion_complex` (docs/paper_notes.md §21): LION-S in S5's form (the plain decayed sum with gain 1 − λ, D, two read-outs, the gate open at
 # init, a 16-channel state under a wide stream, trained in the `scan` form) with S5's complex
 # states: 8 complex channels whose decays turn by θ = Im Λ·Δ a token and whose inputs are
 # complex, as S5's B̃. Fields that differ from `lion_s`, at LION's own scale at init.
 LION_COMPLEX = {**_S5_SUM, "model.directional_readout": True, **_S5_SHAPES, **_S5_D,
                 **_GATE_OPEN, "model.key_dim": 4, "model.attention_dim": 8,
                 "model.decay_phase": "s5", "model.complex_input": True}
+# The LION this codebase recommends for every task (`lion`, docs/paper_notes.md §22):
+# `lion_complex` with q·k fixed at 1, so that its selective decays alone weight the sum, as S5's
+# kernel is weighted (the ladder's content-blind rung; no W_q, W_k).
+LION = {**LION_COMPLEX, "model.feature_map": "constant"}
 # S5's scale at init: its gain 4(1 − λ) and W_o 2.0x LeCun-normal, so that the mixed tokens start
 # beside D ⊙ x with the std 0.38 that S5's start with under its standard-normal C (0.39 on
 # Pathfinder `cpu_order`, `bench/probes/mixed_scale.py`); LION's own scale starts them at about 0.05,
@@ -287,6 +290,7 @@ DEFAULT_CHANGES: dict[str, tuple[str, str]] = {
 
 # Row labels as the paper prints them.
 LABELS: dict[str, str] = {
+    "lion": "LION (q·k = 1, complex states in S5's form)",
     "lion_complex": "LION (complex states in S5's form)",
     "lion_lit": "LION-LIT",
     "lion_d_random": "LION-D (w/o HiPPO)",

@@ -28,7 +28,7 @@ from lion_jax.config import ModelConfig, foreign_fields, preset
 from lion_jax.options import ConfigError
 from lra.tasks import TASKS as TASK_REGISTRY
 
-from configs.ablations import (ABLATION_VARIANTS, LADDER_PRESETS, LION_COMPLEX,
+from configs.ablations import (ABLATION_VARIANTS, LADDER_PRESETS, LION, LION_COMPLEX,
                                SCALE_AT_INIT_BY_S5_C_INIT, cpu_long_preset, cpu_order_preset,
                                cpu_preset, ladder_preset, width_key)
 
@@ -44,7 +44,10 @@ RUNLOCAL_DATA_DIR = os.path.join(DATA_ROOT, "runlocal")
 # variant -> {dotted config field: value}. Names follow the paper's Table 3 rows; the
 # ablation rows of Tables 3 and 6 are one more line each.
 VARIANTS: dict[str, dict[str, Any]] = {
-    # The LION to use (configs/ablations.py `LION_COMPLEX`): LION-S in S5's form with S5's complex
+    # The LION to use (configs/ablations.py `LION`): `lion_complex` below with q·k fixed at 1, the
+    # sum weighted by its selective decays alone; docs/paper_notes.md §22.
+    "lion": LION,
+    # The LION recommended before `lion` (configs/ablations.py `LION_COMPLEX`): LION-S in S5's form with S5's complex
     # states, its scale at init S5's on the task (`SCALE_AT_INIT_BY_S5_C_INIT`, applied by
     # `get_base_config`); docs/paper_notes.md §21.
     "lion_complex": LION_COMPLEX,
@@ -143,7 +146,7 @@ S5_PARAM_GROUPS = {name: s5_param_groups(name) for name in S5_OPT_CONFIGS}
 
 
 # The LION this codebase recommends: first in `--help` and in the README's results.
-RECOMMENDED_VARIANT = "lion_complex"
+RECOMMENDED_VARIANT = "lion"
 
 
 def s5_scale_at_init(task: str, baselines: dict[str, dict[str, Any]] | None) -> dict[str, Any]:
@@ -182,6 +185,7 @@ def s5_ssm_lr(task: str, baselines: dict[str, dict[str, Any]] | None) -> dict[st
 # scale at which the mixed path starts (S5's C_init), the rate of the decays (S5's ssm_lr).
 FROM_S5 = {"scale_at_init": s5_scale_at_init, "ssm_lr": s5_ssm_lr}
 S5_TASK_SETTINGS: dict[str, tuple[str, ...]] = {
+    "lion": ("scale_at_init",),
     "lion_complex": ("scale_at_init",),
     "lion_complex_fixed_gate": ("scale_at_init",),
     "lion_complex_ssm_lr": ("scale_at_init", "ssm_lr"),

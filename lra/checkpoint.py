@@ -103,10 +103,24 @@ class Checkpointer:
         self.best.delete(step)
 
   def restore(self, step: int, target, *, best: bool = False) -> tuple[Any, dict[str, Any]]:
-    """Restores (state, meta) at `step` into the structure and shardings of `target`."""
+    """Restores (state, meta) at `step` into the structure and shardings of `target`.
+
+    Raises:
+      ValueError: the checkpoint holds other parameters than `target`, naming the folder.
+    """
     manager = self.best if best else self.latest
-    restored = manager.restore(step, args=ocp.args.Composite(
-        state=ocp.args.StandardRestore(abstract_like(target)), meta=ocp.args.JsonRestore()))
+    try:
+      restored = manager.restore(step, args=ocp.args.Composite(
+          state=ocp.args.StandardRestore(abstract_like(target)), meta=ocp.args.JsonRestore()))
+    except ValueError as error:
+      if "tree structures do not match" not in str(error):
+        raise
+      raise ValueError(
+          f"{manager.directory}/{step} holds other parameters than the model this config "
+          "builds: it was written by another config, or by the code before LION with "
+          "feature_map='constant' dropped its unused W_q and W_k. Resume it with the config "
+          f"and code that wrote it, or start again in an empty --workdir. Orbax: {error}"
+      ) from error
     return restored["state"], restored["meta"]
 
   def restore_meta(self, step: int, *, best: bool = False) -> dict[str, Any]:

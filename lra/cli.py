@@ -119,12 +119,14 @@ def catalogue() -> str:
   rungs = [name for name in ablations.GROUPS["ladder"] if name not in paper_rows
            and (name in common.VARIANTS or name in common.DERIVED_BASELINES)]
   paper = [name for name in common.VARIANTS
-           if name not in rungs and name != common.RECOMMENDED_VARIANT]
+           if name not in rungs and name not in (common.RECOMMENDED_VARIANT, "lion_complex")]
   lines = [f"Tasks: {', '.join(tasks)}.", "",
            "Variants (--config configs/<task>.py:<variant>; default lion_s):"]
   lines += [f"  {name}: the LION to use on every task: {ablations.LABELS[name]}, its mixed path "
-            "started as large as S5's on the task (docs/paper_notes.md §21)"
+            "started as large as S5's on the task (docs/paper_notes.md §22)"
             for name in (common.RECOMMENDED_VARIANT,)]
+  lines += ["  lion_complex: the same with q·k learnt, the LION to use before it (docs/paper_notes.md "
+            "§21)"]
   lines += [f"  every task, the paper's rows and readings: {', '.join(paper)}",
             f"  image, pathfinder, pathx only (LION♮ snake orders): {', '.join(common.GRID_VARIANTS)}"]
   for baseline in common.BASELINE_VARIANTS:

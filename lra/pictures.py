@@ -130,7 +130,10 @@ def describe_lion(mixer: LionMixer, x, length: int) -> dict:
     z = (x64 @ np.asarray(proj.kernel[...], np.float64)).reshape(length, heads, key_dim)
     return np.asarray(feature_map(z, config.feature_map), np.float64)
 
-  q, k = features(mixer.q_proj), features(mixer.k_proj)  # [L, H, K]
+  if mixer.q_proj is None:  # feature_map="constant": q·k = 1 with one feature a head
+    q = k = np.ones((length, heads, 1))  # [L, H, 1]
+  else:
+    q, k = features(mixer.q_proj), features(mixer.k_proj)  # [L, H, K]
   log_decay = mixer.log_decay(x[:, :length])
   value_dim = config.head_dim
   if log_decay is None:

@@ -467,7 +467,7 @@ def build_parser() -> argparse.ArgumentParser:
                            "steps, for an accelerator (configs/ablations.py)")
   parser.add_argument("--long-testbed", dest="long_testbed", action="store_true",
                       help="ListOps: the ladder at LRA's lengths cut to 3,000 steps, the testbed "
-                           "of lion_complex against S5 (configs/ablations.py)")
+                           "of LION against S5 (configs/ablations.py)")
   parser.add_argument("--set", dest="sets", action="append", default=[], metavar="FIELD=VALUE",
                       help="config override for every run, e.g. --set num_train_steps=100")
   parser.add_argument("--parallel", type=int, default=1,

@@ -17,7 +17,7 @@ from lra import steps, train
 from lra.data.batching import make_loader
 from tests.lra_fixtures import SHRINK, fixture_data
 
-# The LION to use, `lion_complex`: LION-S in S5's form with S5's complex states. Its mixed path
+# `lion_complex`: LION-S in S5's form with S5's complex states. Its mixed path
 # starts as large as S5's on the task: S5's release draws C LeCun-normal on ListOps, Text and
 # Image (LION's own scale), standard-normal on Retrieval, Pathfinder and Path-X (S5's gain and
 # W_o 2.0x).
@@ -36,9 +36,15 @@ LION_COMPLEX_BY_TASK = {"listops": LION_COMPLEX, "text": LION_COMPLEX, "image": 
 S5_SSM_LR = {"listops": 1e-3, "text": 1e-3, "retrieval": 1e-3, "image": 1e-3, "pathfinder": 9e-4,
              "pathx": 6e-4}
 
+# The LION to use, `lion`: `lion_complex` with q·k fixed at 1 (its selective decays alone weight
+# the sum, and it has no W_q, W_k).
+LION_BY_TASK = {task: {**fields, "model.feature_map": "constant"}
+                for task, fields in LION_COMPLEX_BY_TASK.items()}
+
 # variant -> {dotted field: value} that must differ from lion_s, and nothing else (a variant
 # whose fields depend on the task: {task: fields}).
 EXPECTED = {
+    "lion": LION_BY_TASK,
     "lion_complex": LION_COMPLEX_BY_TASK,
     "lion_s": {},
     "lion_d": {"model.decay": "fixed"},
@@ -155,8 +161,7 @@ EXPECTED = {
                                 for task, fields in LION_COMPLEX_BY_TASK.items()},
     "lion_complex_ssm_lr": {task: {**LION_COMPLEX_BY_TASK[task], "decay_learning_rate": rate}
                             for task, rate in S5_SSM_LR.items()},
-    "lion_complex_content_blind": {task: {**fields, "model.feature_map": "constant"}
-                                   for task, fields in LION_COMPLEX_BY_TASK.items()},
+    "lion_complex_content_blind": LION_BY_TASK,
 }
 
 
@@ -216,6 +221,17 @@ def test_lion_complex_is_the_recipes_it_was_measured_as():
     recipe = _config(task, f"lion_s_s5_form_complex_input,{flags}")
     common.set_fields(recipe, changes, "test")
     assert _diff(recipe, _config(task, f"lion_complex,{flags}")) == {}, (task, flags)
+
+
+@pytest.mark.parametrize("flags", ["ladder", "long_testbed", "cpu_order"])
+@pytest.mark.parametrize("task", ["listops", "pathfinder"])
+def test_lion_is_the_content_blind_rung_it_was_measured_as(task, flags):
+  """The content-blind rung's records (docs/paper_notes.md §21) count for `lion`: field for field
+  the same config wherever both ran."""
+  if task == "pathfinder" and flags != "cpu_order":
+    pytest.skip("the ListOps presets are for ListOps")
+  assert _diff(_config(task, f"lion_complex_content_blind,{flags}"),
+               _config(task, f"lion,{flags}")) == {}
 
 
 def test_a_task_whose_s5_c_init_has_no_scale_is_a_clear_error():
@@ -332,14 +348,14 @@ def _one_step(task, variant, tmp_path):
 
 
 # Fast: a train step for the selective and the fixed decay families and the scalar decay shape
-# on three tasks, and `lion_complex`, which takes the directional read-outs, the plain sum, the
+# on three tasks, and `lion`, which takes q·k = 1 without W_q and W_k, the directional read-outs, the plain sum, the
 # feed-through, a state narrower than the stream, complex decays and complex inputs at S5's
 # scale through the trainer (`lion_s_s5_form` is the same with real states). Every variant on every
 # task in make test-all (each variant's fields are checked above, fast; the feature maps,
 # selective gates and normalisations each variant switches are checked against their formulas
 # in tests/nn/test_mixer.py and tests/ops).
 FAST = [("listops", "lion_s"), ("text", "lion_d"), ("pathfinder", "abl3_scalar_decay"),
-        ("pathfinder", "lion_complex")]
+        ("pathfinder", "lion")]
 SLOW = [pytest.param(t, v, marks=pytest.mark.slow) for t in common.TASKS for v in EXPECTED
         if (t, v) not in FAST]
 
@@ -441,7 +457,7 @@ def test_ladder_long_is_the_accelerator_runs_of_the_6_block_question():
     assert differ <= unread, {k: (stored[k], today[k]) for k in differ}
 
 
-@pytest.mark.parametrize("variant", ["s5", "lion_s_s5_form", "lion_complex"])
+@pytest.mark.parametrize("variant", ["s5", "lion_s_s5_form", "lion_complex", "lion"])
 def test_long_testbed_is_the_ladders_3000_step_runs(variant):
   """`long_testbed` is `ladder_long` cut to 3,000 steps and evaluated every 250, the 6-block runs
   of docs/paper_notes.md §20 (`--ladder-long --set num_train_steps=3000 --set

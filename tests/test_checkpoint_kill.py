@@ -138,3 +138,12 @@ def test_saving_a_saved_step_again_keeps_it_instead_of_deleting_it_first(tmp_pat
   np.testing.assert_array_equal(state["w"], [0.0, 1.0, 2.0])
   assert meta == {"step": 6} and ckpt.best_step() == 6
   ckpt.close()
+
+
+def test_a_checkpoint_of_other_parameters_is_refused_naming_its_folder(tmp_path):
+  ckpt = checkpoint.Checkpointer(tmp_path)
+  ckpt.save(3, {"w": jnp.arange(3.0), "q_proj": jnp.ones(2)}, {"step": 3})
+  with pytest.raises(ValueError, match=r"checkpoints/3 holds other parameters than the model "
+                                       r"this config builds.*empty --workdir"):
+    ckpt.restore(3, {"w": jnp.zeros(3)})
+  ckpt.close()

@@ -83,7 +83,7 @@ def test_a_config_field_without_a_config_is_one_message():
 def test_an_unknown_variant_or_config_file_is_one_message(tmp_path):
   assert_one_message(command("run.py", "--config=configs/listops.py:lion_q",
                              f"--workdir={tmp_path}"),
-                     "run.py", "unknown variant 'lion_q'; known variants: lion_complex, lion_s,")
+                     "run.py", "unknown variant 'lion_q'; known variants: lion, lion_complex, lion_s,")
   assert_one_message(command("run.py", "--config=configs/lisops.py", f"--workdir={tmp_path}"),
                      "run.py", "--config=configs/lisops.py: no such file", "listops")
 
@@ -136,11 +136,11 @@ def test_help_exits_0_and_lists_tasks_variants_groups_and_presets(program):
   status, stdout, stderr = command("--help", program=console_script(program))
   assert status == 0, stderr
   for listed in ("Tasks: listops, text, retrieval, image, pathfinder, pathx",
-                 "lion_complex: the LION to use on every task",
+                 "lion: the LION to use on every task",
                  "every task, the paper's rows and readings: lion_s, lion_d, lion_lit",
                  "lion_s_snake", "transformer (baseline)",
                  "  lion_s_s5_form   ", "  s5_real   ",  # a rung a line, with its description
-                 "table3 (5): lion_lit", "hippo_vs_random (6)", "positions (4)", "all (50)",
+                 "table3 (5): lion_lit", "hippo_vs_random (6)", "positions (4)", "all (51)",
                  "runlocal ", "cpu_long ", "demo "):
     assert listed in stdout, listed
   assert "--traceback" in stdout

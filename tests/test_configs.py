@@ -90,7 +90,7 @@ def test_parse_arg_positional_named_and_flags():
   with pytest.raises(ValueError, match="'bogus' is not one of variant, runlocal"):
     common.parse_arg("lion_s,bogus", variant="lion_s", runlocal=False)
   with pytest.raises(ValueError,
-                     match="unknown variant 'lion_x'; known variants: lion_complex, lion_s,"):
+                     match="unknown variant 'lion_x'; known variants: lion, lion_complex, lion_s,"):
     get_config("listops", "lion_x")
 
 

@@ -47,16 +47,16 @@ def test_a_step_too_large_for_the_budget_is_timed_at_a_smaller_power_of_two_batc
   assert recipes_vs_s5.timed_batch(models, info, length, 1e12) == recipes_vs_s5.MEMORY_BATCH
 
 
-def test_quick_run_times_lion_complex_s5_and_their_floor_and_plans_memory_at_32(tmp_path):
+def test_quick_run_times_lion_s5_and_their_floor_and_plans_memory_at_32(tmp_path):
   recipes_vs_s5.main(["--quick", "--out", str(tmp_path)])
   records = json.loads((tmp_path / "recipes_vs_s5_quick.json").read_text())["results"]
   by_model = {r["model"]: r for r in records}
   floor = "identity in LION's block = S5's block"  # runlocal: one width for every mixer
-  assert list(by_model) == ["lion_complex", "s5", floor]
+  assert list(by_model) == ["lion", "s5", floor]
   assert {r["batch"] for r in records} == {16}
   assert by_model["s5"]["examples_per_s_over_s5"] == 1.0
   assert by_model[floor]["step_over_floor"] == 1.0
-  assert by_model["lion_complex"]["floor"] == floor
+  assert by_model["lion"]["floor"] == floor
   for r in records:
     assert r["examples_per_s"] > 0 and r["step_over_floor"] > 0
     assert r["memory_batch_32_bytes"] > r["temp_plus_output_bytes"] > 0  # planned at 32, ran at 16

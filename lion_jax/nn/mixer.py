@@ -15,7 +15,8 @@ weights.
 Parameter names (for optimiser partitions; every decay parameter has "decay" in its path):
   q_proj/kernel, k_proj/kernel, v_proj/kernel     [M, H·K], [M, H·K], [M, H·V] (no biases; W_v
                                                    [M, 2·H·V] with complex_input: each head's V
-                                                   real parts, then its V imaginary parts)
+                                                   real parts, then its V imaginary parts; no
+                                                   W_q, W_k with feature_map="constant")
   decay_base                                       [H, G] base decay ρ (log λ = −e^ρ) or a (λ = σ(a));
                                                    absent for decay="lit". The HiPPO/Δ part: no WD.
   decay_gate/kernel, decay_gate/bias               [M, H·G], [H·G] selective gate (decay="selective")
@@ -98,8 +99,17 @@ class LionMixer(nnx.Module):
     self.groups = v if config.decay_shape == "vector" else 1  # G
     qk_init = nnx.initializers.normal(config.qk_init_std)
     dtype = config.compute_dtype
-    self.q_proj = nnx.Linear(m, h * k, use_bias=False, kernel_init=qk_init, dtype=dtype, rngs=rngs)
-    self.k_proj = nnx.Linear(m, h * k, use_bias=False, kernel_init=qk_init, dtype=dtype, rngs=rngs)
+    if config.feature_map == "constant":
+      # Every q·k is 1 whatever W_q and W_k are, so the mixer has neither. It still draws their
+      # keys, so that every other parameter starts as it does with learnt features (and as in
+      # the runs recorded before the projections were dropped).
+      rngs.params(), rngs.params()
+      self.q_proj = self.k_proj = None
+    else:
+      self.q_proj = nnx.Linear(m, h * k, use_bias=False, kernel_init=qk_init, dtype=dtype,
+                               rngs=rngs)
+      self.k_proj = nnx.Linear(m, h * k, use_bias=False, kernel_init=qk_init, dtype=dtype,
+                               rngs=rngs)
     inputs = 2 if config.complex_input else 1  # real parts, then imaginary parts
     self.v_proj = nnx.Linear(m, inputs * h * v, use_bias=False, dtype=dtype, rngs=rngs)
 
@@ -220,9 +230,14 @@ class LionMixer(nnx.Module):
     # The barrier keeps each projection's gradient (from the chunk kernel's heads-first layout,
     # through φ) one array on XLA:CPU instead of a transposing fusion per weight gradient.
     project = lambda proj, width: gradient_barrier(proj(x)).reshape(batch, length, h, width)
-    q = phi(project(self.q_proj, k), config.feature_map)  # [B, L, H, K]
-    key = phi(project(self.k_proj, k), config.feature_map)  # [B, L, H, K]
     value = project(self.v_proj, v * (2 if config.complex_input else 1))  # [B, L, H, V or 2V]
+    if self.q_proj is None:
+      # q·k = 1 with one feature a head: the state carries one copy of each value's decayed
+      # sum, where K features of 1/√K each would carry K equal copies.
+      q = key = jnp.ones((batch, length, h, 1), value.dtype)  # [B, L, H, 1]
+    else:
+      q = phi(project(self.q_proj, k), config.feature_map)  # [B, L, H, K]
+      key = phi(project(self.k_proj, k), config.feature_map)  # [B, L, H, K]
     log_decays = self.scan_log_decays(x)
     if config.value_gain != "none":
       gain = _key_gain(log_decays[0], value.shape[:-1] + (v,))  # [B, L, H, V]-broadcastable

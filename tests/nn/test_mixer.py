@@ -610,3 +610,18 @@ def test_constant_features_make_the_mixing_weights_the_mask_alone():
   expected = reference_lion(ones, ones / 8, np.asarray(x, np.float64).reshape(1, 9, 2, 8),
                             np.asarray(mixer.log_decay(x), np.float64))
   np.testing.assert_allclose(out, expected.reshape(1, 9, 16), rtol=1e-5, atol=1e-6)
+
+
+def test_constant_features_need_no_query_or_key_weights_and_leave_the_rest_as_drawn():
+  """Without W_q and W_k the mixer keeps every other parameter of the same seed's draw, so the
+  runs recorded while the unused projections still existed are runs of this model."""
+  config = small(feature_map="constant", decay_phase="s5", complex_input=True, v_init="lecun",
+                 directional_readout=True, normalize="none", value_gain="one_minus_decay")
+  blind = LionMixer(config, rngs=nnx.Rngs(3))
+  learnt = LionMixer(config.replace(feature_map="silu_norm"), rngs=nnx.Rngs(3))
+  assert blind.q_proj is None and blind.k_proj is None
+  blind_params = dict(nnx.to_flat_state(nnx.state(blind, nnx.Param)))
+  learnt_params = dict(nnx.to_flat_state(nnx.state(learnt, nnx.Param)))
+  assert set(blind_params) == set(learnt_params) - {("q_proj", "kernel"), ("k_proj", "kernel")}
+  for path, value in blind_params.items():
+    np.testing.assert_array_equal(value[...], learnt_params[path][...], err_msg=str(path))
