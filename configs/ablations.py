@@ -237,7 +237,7 @@ ABLATION_VARIANTS: dict[str, dict[str, Any]] = {
     # (`configs/common.s5_ssm_lr`; 1e-3 on ListOps) instead of the learning rate (3e-3).
     "lion_complex_ssm_lr": {**LION_COMPLEX},
     # `lion_complex` with q·k fixed at 1: the sum weighted by the decays alone, as S5's kernel is.
-    "lion_complex_content_blind": {**LION_COMPLEX, "model.feature_map": "constant"},
+    "lion_complex_content_blind": LION,
 }
 
 # Variant groups accepted by `lra.sweep --variants`, in the paper's row order.

@@ -431,7 +431,11 @@ def _float64_operands(mixer, x):
   phi = lambda z: _feature_map_definition(z, "silu_norm")
   log_decay = expand_log_decay(np.asarray(mixer.log_decay(x), np.float64), batch, length,
                                config.num_heads, config.head_dim)
-  return phi(split(mixer.q_proj)), phi(split(mixer.k_proj)), split(mixer.v_proj), log_decay, x64
+  if mixer.q_proj is None:  # feature_map="constant": q·k = 1
+    q = k = np.full((batch, length, config.num_heads, 1), 1.0)
+  else:
+    q, k = phi(split(mixer.q_proj)), phi(split(mixer.k_proj))
+  return q, k, split(mixer.v_proj), log_decay, x64
 
 
 # make test: both gains with vector decays; make test-all adds S5's 1 − λ with scalar decays.
@@ -502,9 +506,11 @@ def test_directional_readout_follows_its_float64_definition(decay, attention_dim
                              np.asarray(run(tied, x, mask))[real], rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("decay_phase,complex_input", [("hippo", False), ("hippo", True),
-                                                       ("s5", False), ("s5", True)])
-def test_complex_decays_follow_their_float64_definition(decay_phase, complex_input):
+@pytest.mark.parametrize("decay_phase,complex_input,feature_map", [
+    ("hippo", False, "silu_norm"), ("hippo", True, "silu_norm"), ("s5", False, "silu_norm"),
+    ("s5", True, "silu_norm"),
+    ("s5", True, "constant")])  # `lion`'s mixer: q·k = 1 without W_q, W_k, in every form
+def test_complex_decays_follow_their_float64_definition(decay_phase, complex_input, feature_map):
   """decay_phase="hippo": each half h = Σ_j (q_i·k_j) M_ij e^{iθ|i−j|} (1 − λ_j) v_j over its side's
   keys, summed directly in float64; W_F and W_B read each head's Re h, then its Im h; D ⊙ x.
   complex_input: v_j = W_v's real part + i·its imaginary part, per head. "s5": θ = Im Λ·Δ, Im Λ
@@ -512,14 +518,16 @@ def test_complex_decays_follow_their_float64_definition(decay_phase, complex_inp
   from tests.reference import reference_lion  # pylint: disable=import-outside-toplevel
   config = small(normalize="none", value_gain="one_minus_decay", feedthrough=True,
                  v_init="lecun", directional_readout=True, decay_phase=decay_phase, attention_dim=8,
-                 key_dim=2, selective_bias_init=8.0, complex_input=complex_input)
+                 key_dim=2, selective_bias_init=8.0, complex_input=complex_input,
+                 feature_map=feature_map)
   mixer = LionMixer(config, rngs=nnx.Rngs(5))
   theta = np.asarray(mixer.phase(), np.float64)  # [H, V]
   lam = np.exp(np.asarray(decay_lib.base_log_decay(mixer.decay_base[...], config.decay_param)))
   np.testing.assert_allclose(theta, np.sqrt(3) * np.log(lam), rtol=1e-4)  # S5's Im Λ·Δ at init
   mixer.decay_phase[...] = jnp.asarray(np.linspace(-2.0, 2.0, theta.size).reshape(theta.shape))
   x, mask = mixer_inputs(length=13)
-  out = np.asarray(nnx.jit(lambda m, x, mask: m(x, mask, form="chunk_scan"))(mixer, x, mask))
+  forms = FORMS if feature_map == "constant" else ("chunk_scan",)
+  outputs = nnx.jit(lambda m, x, mask: {f: m(x, mask, form=f) for f in forms})(mixer, x, mask)
   batch, length, _ = x.shape
   q, k, v, log_decay, x64 = _float64_operands(mixer, x)
   phase = np.asarray(mixer.phase(), np.float64)
@@ -539,7 +547,16 @@ def test_complex_decays_follow_their_float64_definition(decay_phase, complex_inp
   expected = (read @ kernel + np.asarray(mixer.out_proj.bias[...])
               + np.asarray(mixer.feedthrough[...]) * x64)
   real = np.asarray(mask)
-  np.testing.assert_allclose(out[real], expected[real], rtol=2e-5, atol=2e-5)
+  for form, out in outputs.items():
+    np.testing.assert_allclose(np.asarray(out)[real], expected[real], rtol=2e-5, atol=2e-5,
+                               err_msg=form)
+  if feature_map == "constant":  # and the same gradients in every form
+    weights = jax.random.normal(jax.random.key(9), outputs["attention"].shape) * mask[..., None]
+    grads = nnx.jit(lambda m, x: {f: jax.grad(lambda x: jnp.sum(m(x, mask, form=f) * weights))(x)
+                                  for f in forms})(mixer, x)
+    for form in forms[1:]:
+      np.testing.assert_allclose(grads[form], grads["attention"], rtol=1e-4, atol=1e-5,
+                                 err_msg=form)
 
 
 def test_out_proj_init_scale_multiplies_the_lecun_normal_read_out():
