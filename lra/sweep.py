@@ -20,10 +20,11 @@ with the exception's type and message (`lra.run_records`) and shows as ✗; `--r
 checkpoints) in `DIR/runs/<task>/<variant>/seed<k>/` as it ends, and writes the report to DIR
 (`lra.sweep_records`). A run whose workdir holds nothing finished and whose records do is
 finished: the same command on a machine with an empty `--workdir` trains only the runs without
-records and reports from the records. Records trained with another config than today's command
-builds (other `--set` values, a changed default) do not count: the sweep stops and names each
-such run and field, unless `--rerun-changed` trains them again (their records are replaced when
-they end); `--report-only` reports them marked stale (†). The report written to DIR covers every
+records and reports from the records. A run that ended (in its workdir or in its records)
+trained with another config than today's command builds (another preset or `--set` value, a
+changed default) does not count: the sweep stops and names each such run and field, unless
+`--rerun-changed` trains them again (records replaced when they end, a finished workdir moved
+aside to `seed<k>.replaced-<time>`); `--report-only` reports them marked stale (†). The report written to DIR covers every
 run recorded there, so a sweep over some of its variants, tasks or seeds adds to it.
 
 The tables go to `--out` (default: `--records`, else the sweep's workdir): `results.csv` (one
@@ -394,8 +395,6 @@ def run_all(runs: list[Run], parallel: int = 1, retry_failed: bool = False,
       state = status(run)
     if state in ("new", "partial", *STOPPED):
       todo.append(run)
-    elif state == "done":
-      _warn_if_changed(run)
   todo = stopped_first(todo)
   stopped = sum(status(run) in STOPPED for run in todo)
   print(f"sweep: {len(runs)} runs, {len(runs) - len(todo)} finished, failed or running "
@@ -433,14 +432,6 @@ def _brief(run: Run) -> str:
   if stopped is not None:
     return f": {stopped['message']}"
   return f", see {run.workdir / LOG_FILE}"
-
-
-def _warn_if_changed(run: Run) -> None:
-  """A finished run is never retrained; say so when its recorded command differs."""
-  path = run.workdir / COMMAND_FILE
-  if path.exists() and path.read_text().strip() != shlex.join(run.command):
-    print(f"sweep: warning: {run.name} finished with a different command (kept): "
-          f"{path.read_text().strip()}", file=sys.stderr)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -483,7 +474,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="keep each run's records in DIR/runs/ and count runs recorded there "
                            "as finished (e.g. docs/sweep/NAME)")
   parser.add_argument("--rerun-changed", action="store_true",
-                      help="train again the runs whose records hold another config than today's")
+                      help="train again the runs that ended with another config than today's "
+                           "(records replaced, a finished workdir moved aside)")
   parser.add_argument("--python", default=sys.executable, help="interpreter in the commands")
   parser.add_argument(cli.TRACEBACK_FLAG, action="store_true",
                       help=f"show the traceback of user errors too (or set {cli.TRACEBACK_ENV}=1)")
@@ -515,7 +507,7 @@ def main(argv: list[str] | None = None) -> int:
                       "and Path-X has no transformer")
   changed = {} if args.report_only or args.prepare_only else sweep_records.changed(runs)
   if changed and not args.rerun_changed:
-    raise ConfigError(_changed_message(changed, args.records))
+    raise ConfigError(_changed_message(changed))
   if args.list:
     for run in stopped_first(runs):
       if status(run) != "done" or run in changed:
@@ -525,7 +517,7 @@ def main(argv: list[str] | None = None) -> int:
     prepare_data(runs)
     return 0
   for run in changed:  # --rerun-changed: train them again; git keeps the old records
-    shutil.rmtree(run.records)
+    _set_aside(run)
   trainers = Trainers()
   with trainers.forwarding():
     counts = {} if args.report_only else run_all(runs, args.parallel, args.retry_failed,
@@ -553,14 +545,28 @@ def main(argv: list[str] | None = None) -> int:
   return 0
 
 
-def _changed_message(changed: dict[Run, dict], records: str) -> str:
-  lines = [f"{run.name} ({run.records}): {sweep_records.describe(fields)}"
+def _set_aside(run: Run) -> None:
+  """Makes room to train a changed run again: its records go (git keeps them) and a workdir
+  that finished under the other config moves to `seed<k>.replaced-<time>`, checkpoints and all,
+  so that nothing trained is lost and the new run does not resume from the other config."""
+  if run.records is not None and run.records.exists():
+    shutil.rmtree(run.records)
+  if run_records.status(run) in ("done", "failed"):
+    aside = run.workdir.with_name(f"{run.workdir.name}.replaced-{time.strftime('%Y%m%d-%H%M%S')}")
+    run.workdir.rename(aside)
+    print(f"sweep: {run.name}: moved its finished workdir (another config) to {aside}",
+          flush=True)
+
+
+def _changed_message(changed: dict[Run, dict]) -> str:
+  lines = [f"{run.name} ({outcome_dir(run)}): {sweep_records.describe(fields)}"
            for run, fields in changed.items()]
-  return (f"the records of {len(changed)} run(s) in {records} were trained with another config "
-          "than these arguments build today, so they do not count as finished (field: "
-          "recorded value → today's):\n  "
-          + "\n  ".join(lines) + "\nTrain them again with --rerun-changed (their records are "
-          "replaced when they end), pass the recorded values with --set FIELD=VALUE, or write "
+  return (f"{len(changed)} run(s) ended trained with another config than these arguments build "
+          "today (another preset or --set, or a default changed since), so they do not count as "
+          "finished (field: recorded value → today's):\n  "
+          + "\n  ".join(lines) + "\nTrain them again with --rerun-changed (records are "
+          "replaced when they end, a finished workdir is moved aside, not deleted), pass the "
+          "recorded values with --set FIELD=VALUE, give this sweep its own --workdir, or write "
           "the report with --report-only, which marks them stale (†).")
 
 

@@ -21,9 +21,10 @@ A run whose workdir holds no outcome takes its status from its records
 (`lra.run_records.status`): a later sweep with the same arguments and `--records DIR`, on a
 machine whose `--workdir` is empty, trains only the runs without records and builds its report
 from the records. A record counts as finished only while today's command builds the config it
-holds, field for field, but for the fields that leave the result as it is (`SAME_RESULT`):
-`changed` lists the others, the sweep refuses to start while any are listed (or retrains
-them with `--rerun-changed`), and the report marks such results stale (†).
+holds, field for field, but for the fields that leave the result as it is (`SAME_RESULT`);
+so does a run finished in the workdir. `changed` lists the others, the sweep refuses to start
+while any are listed (or retrains them with `--rerun-changed`), and the report marks such
+results stale (†).
 """
 
 from __future__ import annotations
@@ -251,11 +252,14 @@ def _against_today(run: Run, recorded: dict[str, Any]) -> dict[str, tuple[Any, A
 
 
 def changed(runs: list[Run]) -> dict[Run, dict[str, tuple[Any, Any]]]:
-  """The runs whose outcome only their records hold, trained with another config than today's
-  command builds: {run: stale_fields(run)}."""
+  """The runs that ended (in their workdir, or on another machine and only their records say
+  so) trained with another config than today's command builds: {run: stale_fields(run)}.
+
+  A finished workdir counts as much as a record: a sweep of one preset pointed at the workdir
+  of another would otherwise report the other preset's results as its own."""
   out = {}
   for run in runs:
-    if run.records is not None and outcome_dir(run) == run.records:
+    if any((outcome_dir(run) / name).exists() for name in (RESULTS_FILE, FAILED_FILE)):
       fields = stale_fields(run)
       if fields:
         out[run] = fields

@@ -164,7 +164,8 @@ def test_records_of_another_config_stop_the_sweep_until_rerun(moved, monkeypatch
     with pytest.raises(ConfigError) as error:
       sweep.main(argv)
     message = str(error.value)
-    assert "the records of 4 run(s)" in message and "listops/s5/seed1" in message
+    assert "4 run(s) ended trained with another config" in message
+    assert "listops/s5/seed1" in message
     assert "`num_train_steps` 600 → 700" in message and "--rerun-changed" in message
   # How the same results are computed is not: another evaluation batch leaves them finished.
   assert sweep.main(_args(work, records, "--set", "eval_batch_size=16", "--list")) == 0
@@ -186,6 +187,34 @@ def test_records_of_another_config_stop_the_sweep_until_rerun(moved, monkeypatch
   assert "†" not in (records / "results.md").read_text()
 
 
+def test_a_workdir_finished_by_another_preset_stops_the_sweep_and_is_moved_aside_to_rerun(
+    tmp_path, monkeypatch, capsys):
+  """Pointed at the workdir of a finished `--cpu-long` sweep, a `--ladder` sweep must not
+  report those runs as its own: it stops naming the field, and `--rerun-changed` trains them
+  again after moving each finished workdir aside, checkpoints and all."""
+  work = tmp_path / "runs"
+  for run in sweep.plan(["listops"], ["s5"], [0], work, flags=("cpu_long",)):
+    _finish(run)
+    (run.workdir / "checkpoints").mkdir()
+  ladder = ["--tasks", "listops", "--variants", "s5", "--seeds", "0", "--ladder",
+            "--workdir", str(work)]
+  with pytest.raises(ConfigError) as error:
+    sweep.main(ladder)
+  message = str(error.value)
+  assert "1 run(s) ended trained with another config" in message
+  assert str(work / "listops/s5/seed0") in message and "`generate.max_length` 500 → 150" in message
+  assert "--workdir" in message and "--rerun-changed" in message
+  trained = []
+  _trainer(monkeypatch, trained)
+  assert sweep.main(ladder + ["--rerun-changed"]) == 0
+  assert trained == ["listops/s5/seed0"]
+  (aside,) = (work / "listops/s5").glob("seed0.replaced-*")
+  assert (aside / "checkpoints").is_dir() and (aside / "results.json").exists()
+  assert sweep_records.stale_fields(
+      sweep.plan(["listops"], ["s5"], [0], work, flags=("ladder",))[0]) == {}
+  assert "moved its finished workdir" in capsys.readouterr().out
+
+
 def test_a_changed_default_marks_a_record_stale_and_resolved_fields_do_not(moved, capsys):
   """A record of LION-D before its gate is stale and names the change; S5 recorded with
   positional="none" is what "auto" builds for S5 today, so it is not."""
@@ -195,7 +224,7 @@ def test_a_changed_default_marks_a_record_stale_and_resolved_fields_do_not(moved
     config = json.loads(path.read_text())
     config["model"][field] = value
     path.write_text(json.dumps(config))
-  with pytest.raises(ConfigError, match=r"(?s)the records of 1 run\(s\).*listops/lion_d/seed0"):
+  with pytest.raises(ConfigError, match=r"(?s)1 run\(s\) ended.*listops/lion_d/seed0"):
     sweep.main(_args(work, records))
   assert sweep.main(_args(work, records, "--report-only")) == 0
   text = (records / "results.md").read_text()
