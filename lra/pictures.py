@@ -19,6 +19,16 @@ validation example, writes into `--out` (default: the workdir):
                    how far content moves a weight before the mask does), the memories' quantiles
                    and, for S5, the phases'.
 
+Given `--workdir` several times, draws instead, into `--out`, the runs side by side before and
+after training (each untrained from its own seed, then at its best checkpoint):
+
+  memories.png     per layer, every channel's memory in tokens (LION: 1/|mean log λ| over the
+                   example's tokens; S5: 1/|Re ΛΔ|), untrained in grey, trained in colour, a bar
+                   at each median.
+  memories.json    per run and layer, the quantiles 10 / 50 / 90% of both.
+
+    lion-pictures --workdir runs/a/listops/lion/seed0 --workdir runs/a/listops/s5/seed0 --out DIR
+
 The numbers are computed in NumPy from the restored parameters and the block inputs the
 model computes for the example (so the pictures show the model, not a re-implementation of its
 training path). Shapes: L length, M width, H heads, K key width, V value width per head.
@@ -293,19 +303,100 @@ def draw(description: dict, out: Path) -> list[Path]:
   return paths
 
 
+def run_label(workdir: Path) -> str:
+  """"lion seed0" for lion-sweep's `<root>/<task>/<variant>/seed<k>`, else the folder's name."""
+  workdir = Path(workdir)
+  if workdir.name.startswith("seed") and workdir.parent.name:
+    return f"{workdir.parent.name} {workdir.name}"
+  return workdir.name
+
+
+def draw_memories(runs: list[tuple[str, dict, dict]], out: Path) -> list[Path]:
+  """memories.png and memories.json under `out`: the memories of each run's layers untrained
+  and trained, side by side.
+
+  Args:
+    runs: (label, untrained description, trained description) per run, each description as
+      `describe_run` returns it; every run has the same number of layers.
+    out: the folder.
+  """
+  import matplotlib  # pylint: disable=import-outside-toplevel
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+  depth = {len(trained["layers"]) for _, _, trained in runs}
+  if len(depth) != 1:
+    counts = ", ".join(f"{label}: {len(trained['layers'])}" for label, _, trained in runs)
+    raise SystemExit(f"lion-pictures: the runs have different numbers of layers ({counts}); "
+                     "compare runs of one task preset")
+  (layers,) = depth
+  out.mkdir(parents=True, exist_ok=True)
+  columns = min(layers, 3)
+  rows = -(-layers // columns)
+  fig, axes = plt.subplots(rows, columns, figsize=(3.4 * columns, 2.6 * rows), squeeze=False,
+                           sharey=True)
+  colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+  rng = np.random.default_rng(0)  # jitter only
+  for index in range(rows * columns):
+    ax = axes[index // columns][index % columns]
+    if index >= layers:
+      ax.axis("off")
+      continue
+    for position, (label, untrained, trained) in enumerate(runs):
+      for offset, description, colour in ((-0.18, untrained, "0.65"),
+                                          (0.18, trained, colours[position % len(colours)])):
+        memory = np.asarray(description["layers"][index]["memory"], np.float64)
+        x = position + offset + rng.uniform(-0.08, 0.08, memory.size)
+        ax.scatter(x, memory, s=9, color=colour, linewidths=0)
+        ax.hlines(np.median(memory), position + offset - 0.13, position + offset + 0.13,
+                  color="k", linewidth=1)
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(runs)), [label for label, _, _ in runs], fontsize=7)
+    ax.set_title(f"layer {index}", fontsize=8)
+    if index % columns == 0:
+      ax.set_ylabel("memory (tokens)")
+  fig.suptitle("memory of every channel: untrained (grey, left) and trained (colour, right); "
+               f"bars: medians. Validation example {runs[0][2]['example']}, "
+               f"{runs[0][2]['length']} tokens", fontsize=8)
+  fig.tight_layout()
+  paths = [out / "memories.png", out / "memories.json"]
+  save_figure(fig, paths[0], dpi=100)
+  plt.close(fig)
+  summary = {label: {"run": trained["run"], "mixer": trained["mixer"],
+                     "example": trained["example"], "length": trained["length"],
+                     "layers": [{"untrained": _quantiles(before["memory"]),
+                                 "trained": _quantiles(after["memory"])}
+                                for before, after in zip(untrained["layers"], trained["layers"])]}
+             for label, untrained, trained in runs}
+  paths[1].write_text(json.dumps(summary, indent=1) + "\n")
+  return paths
+
+
 def main(argv: list[str] | None = None) -> int:
   parser = argparse.ArgumentParser(prog="lion-pictures", description=__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
-  parser.add_argument("--workdir", required=True, type=Path, help="a run folder (run.py --workdir)")
-  parser.add_argument("--out", type=Path, default=None, help="folder of the pictures (default: --workdir)")
+  parser.add_argument("--workdir", required=True, type=Path, action="append",
+                      help="a run folder (run.py --workdir); several: memories.png side by side")
+  parser.add_argument("--out", type=Path, default=None,
+                      help="folder of the pictures (default: --workdir; required with several)")
   parser.add_argument("--example", type=int, default=0, help="index in the validation split")
   parser.add_argument("--init", action="store_true", help="draw the untrained model (the run's seed)")
   args = parser.parse_args(argv)
-  if not (args.workdir / "config.json").exists():
-    parser.error(f"--workdir {args.workdir}: no config.json there; pass a run folder that "
-                 "run.py trained (or lion-sweep's <workdir>/<task>/<variant>/seed<N>)")
-  description = describe_run(args.workdir, example=args.example, init=args.init)
-  for path in draw(description, args.out or args.workdir):
+  for workdir in args.workdir:
+    if not (workdir / "config.json").exists():
+      parser.error(f"--workdir {workdir}: no config.json there; pass a run folder that "
+                   "run.py trained (or lion-sweep's <workdir>/<task>/<variant>/seed<N>)")
+  if len(args.workdir) > 1:
+    if args.out is None or args.init:
+      parser.error("several --workdir draw memories.png side by side, untrained and trained: "
+                   "pass --out DIR, and no --init")
+    runs = [(run_label(w), describe_run(w, example=args.example, init=True),
+             describe_run(w, example=args.example)) for w in args.workdir]
+    for path in draw_memories(runs, args.out):
+      print(path)
+    return 0
+  (workdir,) = args.workdir
+  description = describe_run(workdir, example=args.example, init=args.init)
+  for path in draw(description, args.out or workdir):
     print(path)
   for depth, stats in enumerate(description["layers"]):
     print(f"layer {depth}: " + json.dumps(stats["stats"]))

@@ -77,3 +77,39 @@ def test_the_command_draws_an_untrained_run(variant, tmp_path, capsys):
 def test_a_folder_without_a_run_is_named(tmp_path):
   with pytest.raises(SystemExit):
     pictures.main(["--workdir", str(tmp_path)])
+
+
+def _untrained_run(variant, folder, tmp_path):
+  config = listops.get_config(f"{variant},runlocal")
+  config.data_dir = str(tmp_path / "data")
+  config.generate.update(num_train=8, num_val=4, num_test=4, min_length=5, max_length=30)
+  config.seq_len = 32
+  workdir = tmp_path / folder / "listops" / variant / "seed0"
+  workdir.mkdir(parents=True)
+  resume.write_config(config, workdir)
+  return workdir
+
+
+def test_runs_side_by_side_draw_every_channels_memory_before_and_after(tmp_path):
+  """memories.png and memories.json hold each run's memories per layer, untrained beside
+  trained (here untrained twice: no test trains a run)."""
+  workdirs = [_untrained_run(variant, "sweep", tmp_path) for variant in ("lion_s", "s5")]
+  untrained = [pictures.describe_run(w, init=True) for w in workdirs]
+  runs = [(pictures.run_label(w), d, d) for w, d in zip(workdirs, untrained)]
+  assert [label for label, _, _ in runs] == ["lion_s seed0", "s5 seed0"]
+  png, summary = pictures.draw_memories(runs, tmp_path / "pics")
+  assert png.stat().st_size > 0
+  summary = json.loads(summary.read_text())
+  for label, untrained, _ in runs:
+    layers = summary[label]["layers"]
+    assert len(layers) == len(untrained["layers"])
+    memory = untrained["layers"][-1]["memory"]
+    assert layers[-1]["trained"]["q50"] == pytest.approx(float(np.median(memory)))
+    assert 0 < layers[-1]["untrained"]["q10"] <= layers[-1]["untrained"]["q90"]
+  # LION-S's memories are its HiPPO-initialised decays, S5's its eigenvalues: not the same.
+  assert summary["lion_s seed0"]["layers"][0] != summary["s5 seed0"]["layers"][0]
+  shallow = dict(runs[1][2], layers=runs[1][2]["layers"][:1])
+  with pytest.raises(SystemExit, match="different numbers of layers"):
+    pictures.draw_memories([runs[0], (runs[1][0], runs[1][1], shallow)], tmp_path / "x")
+  with pytest.raises(SystemExit):  # several runs need --out
+    pictures.main(["--workdir", str(workdirs[0]), "--workdir", str(workdirs[1])])
