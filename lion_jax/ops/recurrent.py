@@ -92,6 +92,9 @@ def _complex_rnn(q, k, u, gate, phase):
 # from 59 to 17 MiB (fwd+bwd, B = 64, L = 1,024, H = 1, K = 4, 8 complex channels, 2-core CPU)
 # at no cost in time there: the recomputed steps are cheaper than storing and reloading states.
 STATES_KEPT_EVERY = 32
+# Tokens laid out in one iteration of the loop inside a stretch (`lax.scan(unroll=...)`). More
+# is slower on XLA:CPU: 1.5× the step at 8 and 3× at 32 (bench/probes/token_loop_unroll.py).
+TOKENS_UNROLLED = 1
 
 
 def _token_loop(step, state0, tokens):
@@ -119,7 +122,7 @@ def _token_loop(step, state0, tokens):
 
   @jax.checkpoint
   def one_stretch(state, stretch_tokens):
-    return jax.lax.scan(step, state, stretch_tokens)
+    return jax.lax.scan(step, state, stretch_tokens, unroll=TOKENS_UNROLLED)
 
   _, out = jax.lax.scan(one_stretch, state0, jax.tree.map(time_first, tokens))
 
