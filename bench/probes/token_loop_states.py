@@ -48,6 +48,21 @@ def compiled_step(config, info, length):
   return steps.jit_train_step(setup).lower(setup.state, batch).compile(), setup.state, batch
 
 
+def time_interleaved(cases, repeats):
+  """{name: [repeats] seconds} of each case's step, the cases run in turn each round, after a
+  warm-up round. `cases`: {name: [compiled step, state, batch]}; the state is donated, so each
+  case carries its new one."""
+  seconds = {name: [] for name in cases}
+  for _ in range(repeats + 1):
+    for name, case in cases.items():
+      compiled, state, batch = case
+      start = time.perf_counter()
+      out = jax.block_until_ready(compiled(state, batch))
+      seconds[name].append(time.perf_counter() - start)
+      case[1] = out[0]
+  return {name: np.array(s[1:]) for name, s in seconds.items()}
+
+
 def probe(task, preset, variant, repeats):
   """Prints the two plans and the interleaved timings of one setting."""
   models, info, length, skipped = recipes_vs_s5.setting_models(task, preset, [variant])
@@ -65,15 +80,8 @@ def probe(task, preset, variant, repeats):
     plan = cases[name][0].memory_analysis()
     print(f"{task}:{preset} {variant}, {name}: plan "
           f"{(plan.temp_size_in_bytes + plan.output_size_in_bytes) / 2**20:.0f} MiB", flush=True)
-  seconds = {name: [] for name in cases}
-  for _ in range(repeats + 1):  # the first round warms up
-    for name, case in cases.items():
-      compiled, state, batch = case
-      start = time.perf_counter()
-      out = jax.block_until_ready(compiled(state, batch))
-      seconds[name].append(time.perf_counter() - start)
-      case[1] = out[0]  # the state is donated: carry the new one
-  (plain, plain_s), (loop, loop_s) = ((n, np.array(s[1:])) for n, s in seconds.items())
+  seconds = time_interleaved(cases, repeats)
+  (plain, plain_s), (loop, loop_s) = seconds.items()
   for name, s in ((plain, plain_s), (loop, loop_s)):
     print(f"  {name}: median {1000 * np.median(s):.0f} ms, min {1000 * s.min():.0f} ms")
   print(f"  {loop} ÷ {plain}, median {np.median(loop_s) / np.median(plain_s):.2f}; by repeat "

@@ -19,7 +19,6 @@ import pathlib
 import sys
 import time
 
-import jax
 import numpy as np
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -27,7 +26,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench"), str(ROOT / "bench" / "probes")]
 
 import recipes_vs_s5  # noqa: E402  (bench/, for the settings' configs)
 from lion_jax.ops import recurrent  # noqa: E402
-from token_loop_states import compiled_step  # noqa: E402
+from token_loop_states import compiled_step, time_interleaved  # noqa: E402
 
 
 def probe(task, preset, variant, unrolls, repeats):
@@ -45,17 +44,9 @@ def probe(task, preset, variant, unrolls, repeats):
             f"{time.perf_counter() - tic:.0f} s", flush=True)
     finally:
       recurrent.TOKENS_UNROLLED = kept
-  seconds = {unroll: [] for unroll in cases}
-  for _ in range(repeats + 1):  # the first round warms up
-    for unroll, case in cases.items():
-      compiled, state, batch = case
-      start = time.perf_counter()
-      out = jax.block_until_ready(compiled(state, batch))
-      seconds[unroll].append(time.perf_counter() - start)
-      case[1] = out[0]  # the state is donated: carry the new one
-  base = np.array(seconds[unrolls[0]][1:])
+  seconds = time_interleaved(cases, repeats)
+  base = seconds[unrolls[0]]
   for unroll, s in seconds.items():
-    s = np.array(s[1:])
     print(f"  unroll {unroll}: median {1000 * np.median(s):.0f} ms, min {1000 * s.min():.0f} ms, "
           f"÷ unroll {unrolls[0]} median {np.median(s) / np.median(base):.2f}; by repeat "
           + " ".join(f"{r:.2f}" for r in s / base), flush=True)
