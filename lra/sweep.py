@@ -24,8 +24,9 @@ records and reports from the records. A run that ended (in its workdir or in its
 trained with another config than today's command builds (another preset or `--set` value, a
 changed default) does not count: the sweep stops and names each such run and field, unless
 `--rerun-changed` trains them again (records replaced when they end, a finished workdir moved
-aside to `seed<k>.replaced-<time>`); `--report-only` reports them marked stale (†). The report written to DIR covers every
-run recorded there, so a sweep over some of its variants, tasks or seeds adds to it.
+aside to `seed<k>.replaced-<time>`); `--report-only` reports them marked stale (†). The report
+written to DIR covers every run recorded there, so a sweep over some of its variants, tasks or
+seeds adds to it.
 
 The tables go to `--out` (default: `--records`, else the sweep's workdir): `results.csv` (one
 row per run), `results.md` (rows = variants, columns = tasks, mean ± sample std over seeds with
