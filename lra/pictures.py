@@ -389,8 +389,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.out is None or args.init:
       parser.error("several --workdir draw memories.png side by side, untrained and trained: "
                    "pass --out DIR, and no --init")
-    runs = [(run_label(w), describe_run(w, example=args.example, init=True),
-             describe_run(w, example=args.example)) for w in args.workdir]
+    labels = [run_label(w) for w in args.workdir]
+    if len(set(labels)) < len(labels):  # e.g. seed0 of one variant from two sweeps
+      labels = [str(w) for w in args.workdir]
+    runs = [(label, describe_run(w, example=args.example, init=True),
+             describe_run(w, example=args.example)) for label, w in zip(labels, args.workdir)]
     for path in draw_memories(runs, args.out):
       print(path)
     return 0
