@@ -303,12 +303,13 @@ def draw(description: dict, out: Path) -> list[Path]:
   return paths
 
 
-def run_label(workdir: Path) -> str:
-  """"lion seed0" for lion-sweep's `<root>/<task>/<variant>/seed<k>`, else the folder's name."""
-  workdir = Path(workdir)
-  if workdir.name.startswith("seed") and workdir.parent.name:
-    return f"{workdir.parent.name} {workdir.name}"
-  return workdir.name
+def run_labels(workdirs: list[Path]) -> list[str]:
+  """"lion seed0" for each lion-sweep `<root>/<task>/<variant>/seed<k>` (else the folder's
+  name); the whole paths where two runs would share a label (one variant and seed from two
+  sweeps), so that memories.json keeps both."""
+  labels = [f"{Path(w).parent.name} {Path(w).name}" if Path(w).name.startswith("seed")
+            else Path(w).name for w in workdirs]
+  return labels if len(set(labels)) == len(labels) else [str(w) for w in workdirs]
 
 
 def draw_memories(runs: list[tuple[str, dict, dict]], out: Path) -> list[Path]:
@@ -389,11 +390,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.out is None or args.init:
       parser.error("several --workdir draw memories.png side by side, untrained and trained: "
                    "pass --out DIR, and no --init")
-    labels = [run_label(w) for w in args.workdir]
-    if len(set(labels)) < len(labels):  # e.g. seed0 of one variant from two sweeps
-      labels = [str(w) for w in args.workdir]
     runs = [(label, describe_run(w, example=args.example, init=True),
-             describe_run(w, example=args.example)) for label, w in zip(labels, args.workdir)]
+             describe_run(w, example=args.example))
+            for label, w in zip(run_labels(args.workdir), args.workdir)]
     for path in draw_memories(runs, args.out):
       print(path)
     return 0

@@ -95,8 +95,10 @@ def test_runs_side_by_side_draw_every_channels_memory_before_and_after(tmp_path)
   trained (here untrained twice: no test trains a run)."""
   workdirs = [_untrained_run(variant, "sweep", tmp_path) for variant in ("lion_s", "s5")]
   untrained = [pictures.describe_run(w, init=True) for w in workdirs]
-  runs = [(pictures.run_label(w), d, d) for w, d in zip(workdirs, untrained)]
+  runs = [(label, d, d) for label, d in zip(pictures.run_labels(workdirs), untrained)]
   assert [label for label, _, _ in runs] == ["lion_s seed0", "s5 seed0"]
+  twice = [tmp_path / "a/listops/s5/seed0", tmp_path / "b/listops/s5/seed0"]
+  assert pictures.run_labels(twice) == [str(w) for w in twice]  # both kept in memories.json
   png, summary = pictures.draw_memories(runs, tmp_path / "pics")
   assert png.stat().st_size > 0
   summary = json.loads(summary.read_text())
