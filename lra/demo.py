@@ -1,8 +1,8 @@
-"""`make demo`: generate a short ListOps, train a small LION-S on the CPU, evaluate, report.
+"""`make demo`: generate a short ListOps, train a small `lion` on the CPU, evaluate, report.
 
     python -m lra.demo [--workdir runs/demo] [--fresh]
 
-It is exactly `python run.py --config configs/listops.py:lion_s,demo --workdir runs/demo`
+It is exactly `python run.py --config configs/listops.py:lion,demo --workdir runs/demo`
 followed by `python run.py --mode eval --workdir runs/demo --config.eval_form=attention`,
 plus a table comparing test accuracy with the majority-class baseline. Rerunning resumes
 (or, when finished, only re-evaluates); `--fresh` starts over. Exits with status 1 when
@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
   if args.fresh and workdir.exists():
     shutil.rmtree(workdir)
 
-  config = listops_config.get_config("lion_s,demo")
+  config = listops_config.get_config("lion,demo")
   tic = time.perf_counter()
   results = train.train_and_evaluate(config, str(workdir))
   # The eval mode on another form of the same weights: the numbers must agree.
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
       ("curves", str(workdir / "curves.png")),
   ]
   width = max(len(name) for name, _ in rows)
-  print("\nLION-S on short ListOps (50-150 tokens), CPU")
+  print("\n`lion` on short ListOps (50-150 tokens), CPU")
   for name, value in rows:
     print(f"  {name:<{width}}  {value}")
   ok = results["test_accuracy"] >= baseline + MARGIN
