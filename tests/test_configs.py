@@ -59,6 +59,19 @@ def test_runlocal_shrinks_model_batch_steps_and_data(task):
     assert not local.generate and local.data_dir == full.data_dir
 
 
+def test_the_demo_trains_lion_and_sets_sizes_data_and_schedule_only():
+  """`make demo` trains the LION to use; its preset shrinks any variant without changing its kind."""
+  from lra import demo
+  assert 'get_config("lion,demo")' in Path(demo.__file__).read_text()
+  for variant in ("lion", "lion_s", "s5"):
+    full, small = get_config("listops", variant), get_config("listops", f"{variant},demo")
+    assert (small.model.d_model, small.model.num_layers, small.seq_len) == (64, 2, 160)
+    assert small.num_train_steps == 0 and small.num_epochs == 6
+    assert small.data_dir.endswith("demo") and small.generate["max_length"] == 150
+    kind = ("mixer", "num_heads", "attention_dim", "decay", "decay_shape", "feature_map", "form")
+    assert {f: small.model[f] for f in kind} == {f: full.model[f] for f in kind}, variant
+
+
 @pytest.mark.parametrize("task", common.TASKS)
 def test_token_tasks_train_packed_by_default_and_the_published_presets_padded(task):
   tokens = task in ("listops", "text", "retrieval")
