@@ -11,7 +11,8 @@ forward and backward, interleaved in one process (medians):
   mixer, <field>=<v>   the same layer with one part changed or removed, so that the difference
                        is what that part costs: the selective gate (decay="fixed"), D
                        (feedthrough=False), the gain 1 − λ (value_gain="none"), complex inputs
-                       (complex_input=False);
+                       (complex_input=False), or the kernel's residuals stored instead of
+                       recomputed (residuals="stored": negative savings are costs);
   kernel               `lion_attention` alone on the layer's shapes (both directions, the layer's
                        form, phase and key mask): what the recurrence costs;
   loss only            the weighted sum and its gradient, included in every case above.
@@ -41,7 +42,7 @@ from lion_jax.ops.attention import lion_attention  # noqa: E402
 from lra.train import check_config  # noqa: E402
 
 CHANGES = (("decay", "fixed"), ("feedthrough", False), ("value_gain", "none"),
-           ("complex_input", False))
+           ("complex_input", False), ("residuals", "stored"))
 
 
 def mixer_case(model_config, x, mask, weights):
