@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from configs import listops as listops_config
-from lra import cli, metrics, train
+from lra import cli, metrics, resume, train
 
 MARGIN = 0.10  # the demo must beat the majority class by this much
 
@@ -39,7 +39,15 @@ def main(argv: list[str] | None = None) -> int:
 
   config = listops_config.get_config("lion,demo")
   tic = time.perf_counter()
-  results = train.train_and_evaluate(config, str(workdir))
+  try:
+    results = train.train_and_evaluate(config, str(workdir))
+  except resume.ResumeMismatchError as error:
+    # A run of an earlier demo (LION-S until 2026-12) cannot resume as this one.
+    print(f"{workdir} holds a run of another demo config ({error.differences or error}). Start "
+          f"the demo over with `.venv/bin/lion-demo --fresh --workdir {workdir}` (deletes that "
+          f"run), or keep it and run `.venv/bin/lion-demo --workdir runs/demo_new`.",
+          file=sys.stderr)
+    return 2
   # The eval mode on another form of the same weights: the numbers must agree.
   config.eval_form = "attention"
   report = train.evaluate(config, str(workdir), progress=False)

@@ -56,7 +56,16 @@ MAY_GROW_ON_RESUME = ("num_train_steps", "num_epochs")
 
 
 class ResumeMismatchError(ConfigError):
-  """The config differs from the one a workdir's checkpoints were trained with."""
+  """The config differs from the one a workdir's checkpoints were trained with.
+
+  Attributes:
+    differences: the fields that differ, each with the run's value and the new one ("" when the
+      run's config is missing), for callers that word their own advice (`lra.demo`).
+  """
+
+  def __init__(self, message: str, differences: str = ""):
+    super().__init__(message)
+    self.differences = differences
 
 
 def has_checkpoints(workdir: Path) -> bool:
@@ -121,7 +130,8 @@ def check_resumable(config: config_dict.ConfigDict, workdir: str | Path) -> dict
         f"{workdir} holds checkpoints trained with another config ({fields}). Resume it as "
         f"trained with `{overrides}` or with `--config=configs/workdir.py:{workdir}` (the run's "
         "own config), or start a new --workdir. Only these fields may change on a resume: "
-        f"{', '.join(MAY_CHANGE_ON_RESUME)}; and {' and '.join(MAY_GROW_ON_RESUME)} may grow.")
+        f"{', '.join(MAY_CHANGE_ON_RESUME)}; and {' and '.join(MAY_GROW_ON_RESUME)} may grow.",
+        differences=fields)
   return changed
 
 

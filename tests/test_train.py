@@ -5,6 +5,7 @@ whole file takes well under a minute of compute on two cores.
 """
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -201,6 +202,20 @@ def test_the_recomputing_kernel_trains_the_same_run(finished_run, data_dir, tmp_
   np.testing.assert_allclose(got["test_loss"], full["test_loss"], rtol=1e-4)
   for a, b in zip(params_of(tmp_path, recomputing), params_of(full_dir, config)):
     np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-5)
+
+
+def test_the_demo_over_a_run_of_another_config_says_how_to_start_it_over(finished_run, capsys):
+  """`make demo` on a runs/demo left by an earlier demo (LION-S) names the fields that differ and
+  the command that starts over, and touches nothing (the check comes before any data or write)."""
+  from lra import demo
+  _, workdir, _ = finished_run
+  before = sorted(p.name for p in workdir.iterdir())
+  assert demo.main(["--workdir", str(workdir)]) == 2
+  message = capsys.readouterr().err
+  assert re.search(r"holds a run of another demo config \(.*model\.d_model: \d+ in .*config\.json, "
+                   r"64 now", message), message
+  assert f"lion-demo --fresh --workdir {workdir}" in message and "--config." not in message
+  assert sorted(p.name for p in workdir.iterdir()) == before
 
 
 def test_a_run_with_checkpoints_resumes_only_with_the_config_it_was_trained_with(finished_run):
