@@ -1,4 +1,5 @@
-"""The command-line grammar of the init-time probes in bench/probes/."""
+"""The probes in bench/probes/: the init-time probes' command-line grammar, and the other orders
+of the recurrence that token_loop_alternatives.py times, which must compute the same sum."""
 
 import sys
 from pathlib import Path
@@ -7,7 +8,12 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench" / "probes"))
 
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+
+import token_loop_alternatives  # noqa: E402  (bench/probes/)
 from init_diagnostics import parse_variant  # noqa: E402  (bench/probes/)
+from lion_jax.ops import recurrent  # noqa: E402
 
 
 def test_variant_overrides_are_typed_as_the_config_fields_they_set():
@@ -25,3 +31,26 @@ def test_variant_overrides_are_typed_as_the_config_fields_they_set():
 def test_an_override_without_a_value_names_the_entry():
   with pytest.raises(SystemExit, match="lion_s@v_init.*is not FIELD=VALUE"):
     parse_variant("lion_s@v_init")
+
+
+def test_the_timed_alternatives_to_the_token_loop_compute_its_sum():
+  """The blocked and doubling scans, in float64, with complex decays, two key features, a length
+  that is no multiple of the block and decays down to e^-30 a token: equal to `causal_rnn`
+  (itself tested against the float64 definition), values and gradients."""
+  rng = np.random.default_rng(3)
+  shape = (2, 37, 1)
+  q, k = rng.normal(size=shape + (2,)), rng.normal(size=shape + (2,))
+  u = rng.normal(size=shape + (6,))
+  gate = -np.exp(rng.uniform(np.log(1e-3), np.log(30.0), size=shape + (3,)))
+  phase = rng.uniform(0.0, 3.0, size=(1, 3))
+  weights = rng.normal(size=shape + (6,))
+  with jax.enable_x64(True):
+    def value_and_grads(kernel):
+      loss = lambda q, k, u, gate: (weights * kernel(q, k, u, gate, phase)).sum()
+      return jax.value_and_grad(loss, argnums=(0, 1, 2, 3))(q, k, u, gate)
+    expected = value_and_grads(recurrent.causal_rnn)
+    for name, kernel in token_loop_alternatives.kernels([1, 4, 8]).items():
+      got = value_and_grads(kernel)
+      np.testing.assert_allclose(got[0], expected[0], rtol=1e-12, err_msg=name)
+      for arg, g, e in zip(("q", "k", "u", "gate"), got[1], expected[1]):
+        np.testing.assert_allclose(g, e, rtol=1e-10, atol=1e-12, err_msg=f"{name}: d{arg}")
