@@ -1,5 +1,6 @@
-"""The probes in bench/probes/: the init-time probes' command-line grammar, and the other orders
-of the recurrence that token_loop_alternatives.py times, which must compute the same sum."""
+"""The probes in bench/probes/: the init-time probes' command-line grammar, the other orders of
+the recurrence that token_loop_alternatives.py times, which must compute the same sum, and the
+parts of a layer that mixer_parts.py times."""
 
 import sys
 from pathlib import Path
@@ -11,6 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench" / "probes")
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
+import mixer_parts  # noqa: E402  (bench/probes/)
 import token_loop_alternatives  # noqa: E402  (bench/probes/)
 from init_diagnostics import parse_variant  # noqa: E402  (bench/probes/)
 from lion_jax.ops import recurrent  # noqa: E402
@@ -54,3 +56,18 @@ def test_the_timed_alternatives_to_the_token_loop_compute_its_sum():
       np.testing.assert_allclose(got[0], expected[0], rtol=1e-12, err_msg=name)
       for arg, g, e in zip(("q", "k", "u", "gate"), got[1], expected[1]):
         np.testing.assert_allclose(g, e, rtol=1e-10, atol=1e-12, err_msg=f"{name}: d{arg}")
+
+
+def test_mixer_parts_times_the_layer_each_change_and_the_kernel(capsys):
+  """At `runlocal` size: every changed layer builds and passes `check_config`, and the kernel
+  case runs on the layer's shapes, form and options (the probe would stop otherwise)."""
+  mixer_parts.main(["--variant", "lion,runlocal", "--batch", "2", "--repeats", "1"])
+  printed = capsys.readouterr().out
+  for field, value in mixer_parts.CHANGES:
+    assert f"mixer, {field}={value}" in printed
+  assert "of which the kernel" in printed and "L = 128" in printed
+
+
+def test_mixer_parts_refuses_a_variant_its_kernel_case_does_not_describe():
+  with pytest.raises(SystemExit, match="lion_s,runlocal: the kernel case needs q·k = 1"):
+    mixer_parts.main(["--variant", "lion_s,runlocal", "--repeats", "1"])

@@ -2,6 +2,7 @@
 
   .venv/bin/python bench/probes/mixer_parts.py
   .venv/bin/python bench/probes/mixer_parts.py --task pathfinder --variant lion --batch 16
+  .venv/bin/python bench/probes/mixer_parts.py --variant lion,runlocal --batch 2   # seconds
 
 Builds one `LionMixer` of `configs/<task>.py:<variant>` (the task's full preset) and times,
 forward and backward, interleaved in one process (medians):
@@ -14,7 +15,7 @@ forward and backward, interleaved in one process (medians):
                        (complex_input=False), or the kernel's residuals stored instead of
                        recomputed (residuals="stored": negative savings are costs);
   kernel               `lion_attention` alone on the layer's shapes (both directions, the layer's
-                       form, phase and key mask): what the recurrence costs;
+                       form, state pass, residuals, phase and key mask): what the recurrence costs;
   loss only            the weighted sum and its gradient, included in every case above.
 
 Writes nothing; docs/benchmarks.md quotes its output.
@@ -58,7 +59,7 @@ def mixer_case(model_config, x, mask, weights):
 
 def kernel_case(model_config, batch, length, mask, rng):
   """A jitted fwd+bwd of `lion_attention` alone, on the layer's shapes."""
-  heads, channels = model_config.num_heads, model_config.attention_dim
+  heads, channels = model_config.num_heads, model_config.head_dim  # P complex channels a head
   ones = jnp.ones((batch, length, heads, 1), jnp.float32)  # q·k = 1: one feature a head
   values = jnp.asarray(rng.normal(size=(batch, length, heads, 2 * channels)), jnp.float32)
   log_decay = jnp.asarray(-rng.uniform(1e-3, 0.1, size=(batch, length, heads, channels)),
@@ -69,7 +70,9 @@ def kernel_case(model_config, batch, length, mask, rng):
   def loss(values, log_decay):
     halves = lion_attention(ones, ones, values, log_decay, normalize="none",
                             split_directions=True, phase=phase, form=model_config.form,
-                            key_mask=mask)
+                            key_mask=mask, chunk_size=model_config.chunk_size,
+                            state_pass=model_config.state_pass,
+                            residuals=model_config.residuals)
     return sum(jnp.sum(weights * half) for half in halves)
 
   step = jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))

@@ -16,6 +16,9 @@ against three algorithms with fewer sequential iterations, each the same sum in 
                state decayed, every block at once: L / S iterations instead of L;
   doubling     Hillis-Steele: log2 L rounds, each adding every state's predecessor d tokens back.
 
+(`recurrent.causal_chunk_scan` is the library's two-level scan, with C×C matmul blocks; it takes
+real gates only, so the blocked scan here is written out for complex ones.)
+
 Each result is checked against `causal_rnn` (largest absolute difference over the largest
 output) and the fwd+bwd steps are timed interleaved in one process: medians and ratios to the
 token loop. Writes nothing; docs/benchmarks.md quotes its output.
